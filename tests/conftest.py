@@ -1,0 +1,74 @@
+"""Test hygiene for the whole suite: offline Hub and W&B, loopback-only network, shared fixtures."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["WANDB_MODE"] = "offline"
+os.environ["WANDB_SILENT"] = "true"
+os.environ.setdefault("WANDB_DIR", "/tmp")
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+ROOT = Path(__file__).resolve().parent.parent
+SUPPORT = ROOT / "tests" / "support"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+# Framework tests import the toy module from tests/support (in-process and in `zoo` subprocesses).
+sys.path.insert(0, str(SUPPORT))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+
+def _is_loopback(address) -> bool:
+    if isinstance(address, (str, bytes)):  # AF_UNIX paths
+        return True
+    host = address[0]
+    if host in ("localhost", "", None):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _guarded(real):
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address):
+            raise OSError(f"tests may only reach loopback addresses, not {address!r}")
+        return real(self, address)
+
+    return connect
+
+
+socket.socket.connect = _guarded(_real_connect)
+socket.socket.connect_ex = _guarded(_real_connect_ex)
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """../shared/data (real GSM8K, CRUXEval, ReGAL, cluster-deletion files); skips when absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not available")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def toy_config() -> Path:
+    return SUPPORT / "toy.yaml"
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch) -> Path:
+    """Run the test inside its own temporary directory (runs/ lands there)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

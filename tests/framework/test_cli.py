@@ -1,0 +1,142 @@
+"""The `zoo` command end to end on the toy module: run dirs, configs, cards, errors, NaN, list, compare."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zoo.cli import main
+
+
+def _fit(toy_config, *extra):
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "1", *extra]) == 0
+    runs = sorted(Path("runs/toy").iterdir())
+    return runs[-1]
+
+
+def test_help_explains_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for verb in ("fit", "validate", "test", "predict", "list", "push", "pull", "card", "compare"):
+        assert f"\n  {verb}" in out
+    for verb in ("list", "push", "pull", "card", "compare"):
+        with pytest.raises(SystemExit) as e:
+            main([verb, "--help"])
+        assert e.value.code == 0
+        assert "usage:" in capsys.readouterr().out
+
+
+def test_console_script_fit_help():
+    out = subprocess.run(["zoo", "fit", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert "--run_root" in out.stdout and "--trainer.max_epochs" in out.stdout
+
+
+def test_fit_then_test_writes_a_complete_run_dir(in_tmp, toy_config, capsys):
+    run = _fit(toy_config)
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["seed_everything"] == 7 and cfg["model"]["class_path"] == "zoo_toy.ToyRegressor"
+    assert (run / "checkpoints" / "last.ckpt").exists()
+    assert list((run / "checkpoints").glob("best-*.ckpt")), "best checkpoint by the module's monitor"
+    assert "train/loss" in (run / "logs" / "fit" / "metrics.csv").read_text()
+    wandb_runs = list((run / "wandb").glob("offline-run-*"))
+    assert wandb_runs, "an offline W&B run inside the run dir"
+    assert (run / "README.md").exists()
+
+    assert main(["test", "--config", str(toy_config), "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stages"] == ["fit", "test"] and "test/mse" in summary["test"]
+    assert (run / "config.test.yaml").exists(), "later stages never overwrite config.yaml"
+    card = (run / "README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    metrics = front["model-index"][0]["results"][0]["metrics"]
+    assert metrics[0]["type"] == "test/mse"
+    assert metrics[0]["value"] == pytest.approx(summary["test"]["test/mse"], rel=1e-5)
+    assert "toy" in front["tags"]
+
+
+def test_two_runs_of_one_config_never_collide(in_tmp, toy_config):
+    a = _fit(toy_config)
+    b = _fit(toy_config)
+    assert a != b and (a / "config.yaml").exists() and (b / "config.yaml").exists()
+    assert len(list(Path("runs/toy").iterdir())) == 2
+
+
+def test_seed_is_recorded_when_random(in_tmp, toy_config):
+    run = _fit(toy_config, "--seed_everything", "true")
+    seed = yaml.safe_load((run / "config.yaml").read_text())["seed_everything"]
+    assert isinstance(seed, int) and not isinstance(seed, bool)
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--model.init_args.hiden", "3"], "'hiden'"),
+        (["--model.init_args.hidden", "abc"], '"hidden"'),
+        (["--model.class_path", "zoo_toy.Nope"], "Nope"),
+        (["--data.init_args.path", "/no/such/dir"], "/no/such/dir"),
+    ],
+)
+def test_bad_input_is_one_line_error(in_tmp, toy_config, capsys, extra, needle):
+    assert main(["fit", "--config", str(toy_config), *extra]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("zoo: error:")]
+    assert len(err) == 1 and needle in err[0]
+
+
+def test_unknown_key_in_config_file(in_tmp, toy_config, capsys):
+    Path("bad.yaml").write_text("trainer:\n  max_epoch: 3\n")
+    assert main(["fit", "--config", str(toy_config), "--config", "bad.yaml"]) == 2
+    assert "max_epoch" in capsys.readouterr().err
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(in_tmp, toy_config, capsys):
+    # 8 batches per epoch: epoch 0 ends with a checkpoint, the NaN arrives at step 10 in epoch 1.
+    rc = main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "3", "--model.init_args.nan_at_step", "10"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "non-finite training loss" in err and "global step 10" in err
+    run = sorted(Path("runs/toy").iterdir())[-1]
+    import torch
+
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 8
+    assert all(torch.isfinite(v).all() for v in ckpt["state_dict"].values())
+
+
+def test_list_filters(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "rosa" in out and "moment" in out and "planned" in out
+    assert main(["list", "--pattern", "gsm8k"]) == 0
+    out = capsys.readouterr().out
+    assert "rosa" in out and "moment" not in out
+
+
+def test_card_command_refreshes(in_tmp, toy_config, capsys):
+    run = _fit(toy_config)
+    (run / "README.md").unlink()
+    assert main(["card", str(run)]) == 0
+    assert "## Results of this run" in (run / "README.md").read_text()
+
+
+def test_compare_table_and_plot(in_tmp, toy_config, capsys):
+    _fit(toy_config, "--model.init_args.lr", "0.01")
+    _fit(toy_config, "--model.init_args.lr", "0.1")
+    capsys.readouterr()
+    assert main(["compare", "--runs", "[runs]", "--format", "markdown", "--metric", "train/loss",
+                 "--plot_path", "cmp.png", "--output", "cmp.md"]) == 0
+    table = Path("cmp.md").read_text().splitlines()
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert "model.lr" in header and "val/loss" in header and "model.hidden" not in header
+    lr = header.index("model.lr")
+    assert sorted(float(r.strip("|").split("|")[lr]) for r in table[2:]) == [0.01, 0.1]
+    assert Path("cmp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert main(["compare", "--runs", "[runs]", "--format", "csv"]) == 0
+    csv_out = capsys.readouterr().out
+    assert csv_out.splitlines()[0].startswith("run,")

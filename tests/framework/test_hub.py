@@ -1,0 +1,300 @@
+"""`zoo push` / `zoo pull` / HubMixin against a loopback Hub (tests/hub_server.py) and the real huggingface_hub client.
+
+Nothing here reaches the internet: the server listens on 127.0.0.1, the HF cache and token live in tmp_path, and
+tests/conftest.py refuses non-loopback sockets.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from zoo.errors import ZooError
+from zoo_toy import ToyRegressor  # tests/support, on sys.path through tests/conftest.py
+
+_SERVER_PATH = Path(__file__).resolve().parents[1] / "hub_server.py"
+
+
+def _hub_server_module():
+    name = "zoo_tests_hub_server"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _SERVER_PATH)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up here
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch) -> Path:
+    """A private HF home/cache/token, online mode on (tests/conftest.py sets HF_HUB_OFFLINE=1 at import).
+
+    huggingface_hub reads its environment once, into `huggingface_hub.constants`, at import: patch those
+    attributes (the library reads them from the module at call time), and the environment for subprocesses."""
+    from huggingface_hub import constants
+
+    home = tmp_path / "hf_home"
+    paths = {"HF_HOME": home, "HF_HUB_CACHE": home / "hub", "HF_ASSETS_CACHE": home / "assets",
+             "HF_XET_CACHE": home / "xet", "HF_TOKEN_PATH": home / "token"}
+    for name, path in paths.items():
+        monkeypatch.setenv(name, str(path))
+        monkeypatch.setattr(constants, name, str(path))
+    monkeypatch.setattr(constants, "HUGGINGFACE_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    # Writes need a token, as on the Hub; the server accepts any. No OIDC exchange, no user token file.
+    monkeypatch.setenv("HF_TOKEN", "hf_zoo_loopback_test_token")
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.delenv("HF_OIDC_RESOURCE", raising=False)
+    return home
+
+
+@pytest.fixture
+def hub(hf_home):
+    """A running loopback Hub; stopped (port closed, open connections cut) after the test."""
+    server = _hub_server_module().HubServer(page_size=2).start()  # small pages: the client must paginate
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert not server.unhandled, f"client used endpoints the test Hub lacks: {server.unhandled}"
+    assert not server.errors, "\n".join(server.errors)
+
+
+def _state(module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def _assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+# -- the server itself, through the real client ----------------------------------------------------------
+
+def test_server_speaks_hub_api(hub, tmp_path):
+    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+    from huggingface_hub.errors import (HfHubHTTPError, RemoteEntryNotFoundError, RepositoryNotFoundError,
+                                       RevisionNotFoundError)
+
+    api = HfApi(endpoint=hub.endpoint)
+    url = api.create_repo("org/r", exist_ok=True)
+    assert url.repo_id == "org/r"
+    api.create_repo("org/r", exist_ok=True)  # 409 -> fine
+    first = api.upload_file(path_or_fileobj=b"a", path_in_repo="a.txt", repo_id="org/r")
+    api.upload_file(path_or_fileobj=b"b", path_in_repo="sub/dir/b.txt", repo_id="org/r")
+    api.upload_file(path_or_fileobj=b"c", path_in_repo="sub/c.txt", repo_id="org/r")
+    # unchanged file: the client skips the empty commit (preupload answers the remote oid)
+    same = api.upload_file(path_or_fileobj=b"c", path_in_repo="sub/c.txt", repo_id="org/r")
+    info = api.model_info("org/r")
+    assert same.oid == info.sha
+    assert {s.rfilename for s in info.siblings} == {".gitattributes", "a.txt", "sub/dir/b.txt", "sub/c.txt"}
+    assert sorted(api.list_repo_files("org/r")) == [".gitattributes", "a.txt", "sub/c.txt", "sub/dir/b.txt"]
+    top = {e.path for e in api.list_repo_tree("org/r")}
+    assert top == {".gitattributes", "a.txt", "sub"}
+    assert {e.path for e in api.list_repo_tree("org/r", path_in_repo="sub")} == {"sub/c.txt", "sub/dir"}
+    # old revisions stay readable; tip moved on
+    assert api.list_repo_files("org/r", revision=first.oid) == [".gitattributes", "a.txt"]
+    path = hf_hub_download("org/r", "sub/dir/b.txt", endpoint=hub.endpoint)
+    assert Path(path).read_bytes() == b"b"
+    snap = Path(snapshot_download("org/r", endpoint=hub.endpoint))
+    assert (snap / "a.txt").read_bytes() == b"a" and snap.name == info.sha
+    with pytest.raises(RepositoryNotFoundError):
+        api.model_info("org/missing")
+    with pytest.raises(HfHubHTTPError) as denied:  # writes need a token, as on the Hub
+        HfApi(endpoint=hub.endpoint, token=False).create_repo("org/anon")
+    assert denied.value.response.status_code == 401 and "org/anon" not in hub.store.repos
+    with pytest.raises(RevisionNotFoundError):
+        api.model_info("org/r", revision="nope")
+    with pytest.raises(RemoteEntryNotFoundError):
+        hf_hub_download("org/r", "missing.txt", endpoint=hub.endpoint)
+
+
+def test_lfs_style_redirect_download(hf_home):
+    """Files served like Hub LFS files (302 to another origin, X-Linked-Etag/Size) still download."""
+    from huggingface_hub import HfApi, hf_hub_download
+
+    with _hub_server_module().HubServer(lfs_redirect=True) as server:
+        api = HfApi(endpoint=server.endpoint)
+        api.create_repo("org/lfs")
+        api.upload_file(path_or_fileobj=b"\x00" * 1000, path_in_repo="w.safetensors", repo_id="org/lfs")
+        entry = next(e for e in api.list_repo_tree("org/lfs") if e.path == "w.safetensors")
+        assert entry.lfs is not None and entry.lfs.size == 1000
+        local = hf_hub_download("org/lfs", "w.safetensors", endpoint=server.endpoint)
+        assert Path(local).read_bytes() == b"\x00" * 1000
+        assert ("GET", f"/cdn/{entry.lfs.sha256}") in server.log
+        assert not server.unhandled
+
+
+# -- 1. train -> push -> pull -> from_pretrained, then offline from the cache ----------------------------
+
+def test_push_pull_from_pretrained_end_to_end(in_tmp, toy_config, hub, monkeypatch, capsys):
+    from huggingface_hub import HfApi, ModelCard, constants
+
+    from zoo.cli import main
+    from zoo.hub import module_from_run
+    from zoo.rundir import read_summary
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # W&B adds seconds and nothing here
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "1"]) == 0
+    (run_dir,) = list((in_tmp / "runs" / "toy").iterdir())
+    # a test stage in the same run dir gives the run its final (test) metrics, which the card publishes
+    assert main(["test", "--config", str(toy_config), "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")]) == 0
+    summary = read_summary(run_dir)
+    assert "test/mse" in summary["test"]
+    trained = _state(module_from_run(run_dir))
+    capsys.readouterr()
+
+    assert main(["push", str(run_dir), "--repo", "org/toy", "--endpoint", hub.endpoint]) == 0
+    out = capsys.readouterr().out
+    files = hub.files("org/toy")
+    assert {"model.safetensors", "config.yaml", "README.md"} <= set(files)
+    assert not [f for f in files if f.endswith((".bin", ".pt", ".ckpt", ".pkl"))]
+    assert f"{hub.endpoint}/org/toy/commit/" in out
+    card = ModelCard(files["README.md"].decode())
+    results = {r.metric_type: r.metric_value for r in card.data.eval_results}
+    assert results == {"test/mse": round(float(summary["test"]["test/mse"]), 6)}
+    assert "model-index" in files["README.md"].decode()
+    assert "toy" in card.data.tags
+    info = HfApi(endpoint=hub.endpoint).model_info("org/toy")  # the Hub's view of the card
+    assert [(r.metric_type, r.metric_value) for r in info.card_data.eval_results] == list(results.items())
+
+    # pushing the same run again changes nothing: no new commit
+    before = HfApi(endpoint=hub.endpoint).model_info("org/toy").sha
+    assert main(["push", str(run_dir), "--repo", "org/toy", "--endpoint", hub.endpoint]) == 0
+    assert HfApi(endpoint=hub.endpoint).model_info("org/toy").sha == before
+
+    assert main(["pull", "org/toy", "--endpoint", hub.endpoint]) == 0
+    local = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    assert local.is_dir() and Path(constants.HF_HUB_CACHE) in local.parents
+    assert {p.name for p in local.iterdir()} == {"model.safetensors", "config.yaml", "README.md"}
+
+    model = ToyRegressor.from_pretrained("org/toy", endpoint=hub.endpoint)
+    assert isinstance(model, ToyRegressor) and model.hparams.hidden == 8 and not model.training
+    _assert_same_weights(trained, _state(model))
+
+    # offline, server stopped: from the HF cache
+    port = hub.port
+    hub.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    n_requests = len(hub.log)
+    offline = ToyRegressor.from_pretrained("org/toy")
+    _assert_same_weights(trained, _state(offline))
+    assert len(hub.log) == n_requests
+    with pytest.raises(ZooError, match="not in the local HF cache"):
+        ToyRegressor.from_pretrained("org/never-pulled")
+
+
+# -- 2. pickled weights are refused ---------------------------------------------------------------------
+
+def test_from_pretrained_refuses_pickled_weights(hub, tmp_path):
+    import yaml
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=hub.endpoint)
+    api.create_repo("org/pickled")
+    weights = tmp_path / "pytorch_model.bin"
+    torch.save(ToyRegressor(hidden=4).state_dict(), weights)
+    api.upload_file(path_or_fileobj=str(weights), path_in_repo="pytorch_model.bin", repo_id="org/pickled")
+    with pytest.raises(ZooError, match=r"pickled weights \(pytorch_model.bin\)"):
+        ToyRegressor.from_pretrained("org/pickled", endpoint=hub.endpoint)
+    # even next to a config that would rebuild the module
+    config = {"model": {"class_path": "zoo_toy.ToyRegressor", "init_args": {"hidden": 4}}}
+    api.upload_file(path_or_fileobj=yaml.safe_dump(config).encode(), path_in_repo="config.yaml", repo_id="org/pickled")
+    with pytest.raises(ZooError, match="pickled weights"):
+        ToyRegressor.from_pretrained("org/pickled", endpoint=hub.endpoint)
+    # nothing pickled was downloaded
+    assert not any(p.name.endswith(".bin") for p in Path(tmp_path / "hf_home").rglob("*"))
+    with pytest.raises(ZooError, match="cannot read Hub repo 'org/missing'"):
+        ToyRegressor.from_pretrained("org/missing", endpoint=hub.endpoint)
+
+
+# -- 3. local save_pretrained / from_pretrained -------------------------------------------------------
+
+class TiedToy(ToyRegressor):
+    """Two Linear layers sharing one weight (like tied embeddings); importable as test_hub.TiedToy."""
+
+    def __init__(self, hidden: int = 4, **kw):
+        super().__init__(hidden=hidden, **kw)
+        self.enc = nn.Linear(hidden, hidden, bias=False)
+        self.dec = nn.Linear(hidden, hidden, bias=False)
+        self.dec.weight = self.enc.weight
+
+
+def test_save_pretrained_round_trip(tmp_path):
+    from safetensors import safe_open
+
+    from zoo.hub import HubMixin, load_pretrained
+
+    torch.manual_seed(0)
+    model = ToyRegressor(hidden=5, lr=0.3)
+    out = model.save_pretrained(tmp_path / "toy")
+    assert {p.name for p in out.iterdir()} == {"model.safetensors", "config.yaml"}
+    again = ToyRegressor.from_pretrained(out)
+    assert again.hparams.hidden == 5 and again.hparams.lr == 0.3
+    _assert_same_weights(_state(model), _state(again))
+    assert ToyRegressor.from_pretrained(out, lr=0.01).hparams.lr == 0.01  # overrides
+    assert isinstance(HubMixin.from_pretrained(out), ToyRegressor)
+    assert isinstance(load_pretrained(str(out)), ToyRegressor)
+
+    # tied parameters: stored once (safetensors refuses shared storage), tied again after loading
+    assert sys.modules[TiedToy.__module__].TiedToy is TiedToy  # config.yaml's class path resolves
+    tied = TiedToy(hidden=4)
+    assert tied.enc.weight is tied.dec.weight
+    path = tied.save_pretrained(tmp_path / "tied")
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        assert ("enc.weight" in f.keys()) != ("dec.weight" in f.keys())  # one copy
+    back = TiedToy.from_pretrained(path)
+    _assert_same_weights(_state(tied), _state(back))
+    assert back.enc.weight is back.dec.weight
+    with pytest.raises(ZooError, match="not a TiedToy"):
+        TiedToy.from_pretrained(out)  # a plain ToyRegressor
+
+    # a config.yaml naming something that is not a LightningModule is refused
+    (out / "config.yaml").write_text("model:\n  class_path: torch.nn.Linear\n  init_args: {in_features: 4, "
+                                     "out_features: 1}\n")
+    with pytest.raises(ZooError, match="torch.nn.Linear is not a LightningModule"):
+        ToyRegressor.from_pretrained(out)
+    (out / "config.yaml").write_text("model:\n  class_path: os.system\n")
+    with pytest.raises(ZooError, match="not a LightningModule"):
+        ToyRegressor.from_pretrained(out)
+    (out / "config.yaml").write_text("model:\n  class_path: zoo_toy.NoSuchModule\n")
+    with pytest.raises(ZooError, match="does not exist"):
+        ToyRegressor.from_pretrained(out)
+    # only a pickle, no safetensors
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    torch.save(model.state_dict(), pickled / "pytorch_model.bin")
+    with pytest.raises(ZooError, match=r"only pickled weights \(pytorch_model.bin\)"):
+        ToyRegressor.from_pretrained(pickled)
+
+
+# -- 4. push of something that is not a run dir -----------------------------------------------------------
+
+def test_push_not_a_run_dir_is_a_one_line_error(tmp_path, hub, capsys):
+    from zoo.cli import main
+
+    not_a_run = tmp_path / "not_a_run"
+    not_a_run.mkdir()
+    assert main(["push", str(not_a_run), "--repo", "org/x", "--endpoint", hub.endpoint]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zoo: error:") and "\n" not in err and "not a run dir" in err
+    assert main(["push", str(tmp_path / "missing"), "--repo", "org/x", "--endpoint", hub.endpoint]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zoo: error:") and "\n" not in err
+    assert main(["push", str(not_a_run)]) == 2  # --repo is required
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zoo: error:") and "\n" not in err and "repo" in err
+    assert "org/x" not in hub.store.repos  # nothing was created
+    assert not hub.log  # refused before any request

@@ -1,0 +1,91 @@
+"""A tiny regression module and datamodule for the framework tests (the product carries no toy model)."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from zoo.errors import ZooError
+from zoo.hub import HubMixin
+
+
+class ToyRegressor(HubMixin, pl.LightningModule):
+    monitor = "val/loss"
+    monitor_mode = "min"
+
+    def __init__(self, hidden: int = 16, lr: float = 0.05, nan_at_step: int = -1, sleep: float = 0.0):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+    def forward(self, x):
+        return self.net(x).squeeze(-1)
+
+    def training_step(self, batch, batch_idx):
+        if self.hparams.sleep:
+            import time
+
+            time.sleep(self.hparams.sleep)
+        x, y = batch
+        loss = nn.functional.mse_loss(self(x), y)
+        if self.global_step == self.hparams.nan_at_step:
+            loss = loss * float("nan")
+        self.log("train/loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val/loss", nn.functional.mse_loss(self(x), y))
+
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test/mse", nn.functional.mse_loss(self(x), y))
+
+    def predict_step(self, batch, batch_idx):
+        return self(batch[0])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    def card_metadata(self):
+        return {"tags": ["zoo", "toy"]}
+
+
+class ToyData(pl.LightningDataModule):
+    def __init__(self, n: int = 64, batch_size: int = 8, seed: int = 0, path: str | None = None):
+        super().__init__()
+        self.n, self.batch_size, self.seed, self.path = n, batch_size, seed, path
+
+    def setup(self, stage: str | None = None):
+        if self.path is not None:
+            import os
+
+            if not os.path.exists(self.path):
+                raise ZooError(f"data path {self.path} does not exist")
+        g = torch.Generator().manual_seed(self.seed)
+        x = torch.randn(self.n, 4, generator=g)
+        y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1 * torch.randn(self.n, generator=g)
+        self.ds = TensorDataset(x, y)
+
+    def train_dataloader(self):
+        # Under DDP with use_distributed_sampler=False the datamodule shards itself, in order, so the
+        # union of the ranks' batches equals the single-process batch (Lightning's own sampler shuffles).
+        trainer = self.trainer
+        if trainer is not None and trainer.world_size > 1 and not trainer._accelerator_connector.use_distributed_sampler:
+            from torch.utils.data import DistributedSampler
+
+            sampler = DistributedSampler(self.ds, num_replicas=trainer.world_size, rank=trainer.global_rank,
+                                         shuffle=False)
+            return DataLoader(self.ds, batch_size=self.batch_size, sampler=sampler)
+        return DataLoader(self.ds, batch_size=self.batch_size, shuffle=False)
+
+    def val_dataloader(self):
+        return DataLoader(self.ds, batch_size=self.batch_size)
+
+    def test_dataloader(self):
+        return DataLoader(self.ds, batch_size=self.batch_size)
+
+    def predict_dataloader(self):
+        return DataLoader(self.ds, batch_size=self.batch_size)

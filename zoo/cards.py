@@ -1,0 +1,102 @@
+"""The one card renderer: a paper's hand-written card (`cards/<id>.md`) plus a run's measured results.
+
+Results go into the card's `model-index` (Hugging Face eval results) and a "Results of this run" section
+with the config that produced them. Only numbers from the run's `summary.json` are written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from zoo.errors import ZooError
+from zoo.registry import PAPERS, ROOT
+from zoo.rundir import read_summary
+
+RESULTS_HEADING = "## Results of this run"
+_STAGES = ("test", "validate", "fit")
+
+
+def _template(paper_id: str | None) -> ModelCard:
+    path = ROOT / "cards" / f"{paper_id}.md" if paper_id else None
+    if path is not None and path.exists():
+        return ModelCard(path.read_text())
+    title = PAPERS[paper_id].title if paper_id in PAPERS else "zoo model"
+    return ModelCard(f"---\nlibrary_name: pytorch-lightning\ntags: [zoo]\n---\n\n# {title}\n")
+
+
+def eval_results(summary: dict[str, Any], data: ModelCardData) -> list[EvalResult]:
+    """One EvalResult per final test (else validation) metric of the run."""
+    task = data.pipeline_tag or "other"
+    datasets = data.datasets or []
+    dataset = datasets[0] if datasets else summary.get("config_name", "unknown")
+    # test results first; a run that was only fitted publishes its final validation metrics
+    for stage, prefix in (("test", "test/"), ("validate", "val/"), ("fit", "val/")):
+        metrics = summary.get(stage) or {}
+        picked = {k: v for k, v in metrics.items() if k.startswith(prefix)}
+        if picked:
+            return [
+                EvalResult(task_type=task, dataset_type=dataset, dataset_name=dataset, metric_type=k,
+                           metric_name=k, metric_value=round(float(v), 6))
+                for k, v in sorted(picked.items())
+            ]
+    return []
+
+
+def _results_section(run_dir: Path, summary: dict[str, Any]) -> str:
+    lines = [RESULTS_HEADING, "",
+             f"Measured by this run (`{summary.get('config_name', run_dir.name)}`, run dir `{run_dir.name}`); "
+             "produced by the config below, not copied from the paper.", ""]
+    rows = [(stage, k, v) for stage in _STAGES for k, v in sorted((summary.get(stage) or {}).items())]
+    if rows:
+        lines += ["| stage | metric | value |", "|---|---|---|"]
+        lines += [f"| {s} | {k} | {v:.6g} |" for s, k, v in rows]
+    else:
+        lines.append("No metrics were recorded.")
+    cfg = run_dir / "config.yaml"
+    if cfg.exists():
+        lines += ["", "<details><summary>config.yaml</summary>", "", "```yaml", cfg.read_text().rstrip(), "```", "",
+                  "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def render_card(run_dir: str | Path) -> str:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ZooError(f"run dir {run_dir} does not exist")
+    summary = read_summary(run_dir)
+    card = _template(summary.get("paper"))
+    data = card.data
+    extra = summary.get("card_metadata") or {}
+    for k, v in extra.items():
+        old = getattr(data, k, None)
+        if isinstance(old, list) and isinstance(v, list):
+            setattr(data, k, old + [x for x in v if x not in old])
+        elif old in (None, [], ""):
+            setattr(data, k, v)
+    data.model_name = summary.get("config_name") or run_dir.name
+    results = eval_results(summary, data)
+    if results:
+        data.eval_results = results
+    body = card.text.split(RESULTS_HEADING)[0].rstrip() + "\n\n" + _results_section(run_dir, summary)
+    return f"---\n{data.to_yaml()}\n---\n{body}"
+
+
+def write_card(run_dir: str | Path, output: str | Path | None = None) -> Path:
+    out = Path(output) if output else Path(run_dir) / "README.md"
+    out.write_text(render_card(run_dir))
+    return out
+
+
+def card(run_dir: str, output: str | None = None) -> str:
+    """Write or refresh a run's model card.
+
+    Args:
+        run_dir: a run directory (runs/<config>/<timestamp>).
+        output: where to write the card (default: <run_dir>/README.md).
+    """
+    path = write_card(run_dir, output)
+    print(path)
+    return str(path)

@@ -1,0 +1,117 @@
+"""The `zoo` command.
+
+`fit/validate/test/predict` go to `ZooCLI` (a LightningCLI in subclass mode for model and data);
+`list/push/pull/card/compare` are plain typed functions whose signatures and docstrings are their CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+TRAINER_VERBS = ("fit", "validate", "test", "predict")
+FUNCTION_VERBS = ("list", "push", "pull", "card", "compare")
+
+USAGE = """usage: zoo <command> [options]
+
+Train, evaluate, publish and compare the models of the zoo (ICML 2024 papers).
+
+Trainer commands (LightningCLI; `zoo fit --help` lists every option):
+  fit        train a model:            zoo fit --config configs/smoke/rosa_gsm8k.yaml
+  validate   run the validation loop:  zoo validate --config CFG --ckpt_path CKPT
+  test       run the test loop:        zoo test --config CFG --ckpt_path RUN/checkpoints/last.ckpt
+  predict    run the predict loop:     zoo predict --config CFG --ckpt_path CKPT
+
+Zoo commands (`zoo <command> --help` for options):
+  list       papers, models, datamodules and configs in the zoo (filter by pattern)
+  push       publish a run dir to the Hugging Face Hub (safetensors + config + card)
+  pull       download a published model into the local HF cache
+  card       write or refresh a run's model card (README.md)
+  compare    compare runs (local run dirs or a W&B project): table + plot
+
+Each run gets its own directory runs/<config-name>/<timestamp>/ with config.yaml, checkpoints/,
+logs/, a W&B run (offline unless logged in), summary.json and the model card README.md.
+Set ZOO_DEBUG=1 to see tracebacks instead of one-line errors.
+"""
+
+
+def _one_line(exc: BaseException) -> str:
+    """Condense jsonargparse / library messages to one line that names the key and the problem."""
+    raw = [ln for ln in str(exc).splitlines() if ln.strip()]
+    if not raw:
+        return type(exc).__name__
+    if len(raw) == 1:
+        return raw[0].strip()
+    head = raw[0].strip().rstrip(":")
+    # jsonargparse: 'Parser key "model":' ... '- Problem with given class_path X:' + indented cause lines
+    for i, ln in enumerate(raw):
+        if "Problem with given class_path" in ln:
+            indent = len(ln) - len(ln.lstrip())
+            cause = [ln.strip().lstrip("- ").rstrip(":")]
+            for nxt in raw[i + 1:]:
+                if len(nxt) - len(nxt.lstrip()) <= indent:
+                    break
+                cause.append(nxt.strip().rstrip(":"))
+            return f"{head}: " + ": ".join(cause)
+    skip = ("Given value", "Subtypes", "Errors", "Does not validate")
+    tail = [ln.strip().lstrip("- ") for ln in raw[1:] if not ln.strip().startswith(skip)]
+    return head + (": " + "; ".join(tail[:2]) if tail else "")
+
+
+def _run_trainer(argv: list[str] | None) -> int:
+    from zoo.trainer import ZooCLI
+
+    ZooCLI(args=argv)
+    return 0
+
+
+def _run_function(argv: list[str]) -> int:
+    from jsonargparse import CLI
+
+    from zoo.cards import card
+    from zoo.compare import compare
+    from zoo.hub import pull, push
+    from zoo.registry import list_zoo
+
+    CLI({"list": list_zoo, "push": push, "pull": pull, "card": card, "compare": compare},
+        args=argv, prog="zoo", exit_on_error=False)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from_sys = argv is None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    verb = argv[0]
+    if verb not in TRAINER_VERBS + FUNCTION_VERBS:
+        print(f"zoo: error: unknown command {verb!r}; choose from {', '.join(TRAINER_VERBS + FUNCTION_VERBS)}",
+              file=sys.stderr)
+        return 2
+    debug = os.environ.get("ZOO_DEBUG", "") not in ("", "0")
+    from zoo.errors import ZooError
+
+    try:
+        if verb in TRAINER_VERBS:
+            return _run_trainer(None if from_sys else argv)
+        return _run_function(argv)
+    except (ZooError, argparse.ArgumentError, FileNotFoundError, ImportError) as e:
+        if debug:
+            raise
+        print(f"zoo: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("zoo: interrupted", file=sys.stderr)
+        return 130
+
+
+def entrypoint() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entrypoint()

@@ -1,0 +1,40 @@
+"""Small helpers over resolved configs: loading YAML and flattening to dotted keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def load_yaml(path_or_text: str | Path) -> dict[str, Any]:
+    p = Path(path_or_text) if not str(path_or_text).lstrip().startswith(("{", "#")) and "\n" not in str(path_or_text) else None
+    text = p.read_text() if p is not None else str(path_or_text)
+    data = yaml.safe_load(text)
+    return data if isinstance(data, dict) else {}
+
+
+def flatten(cfg: dict[str, Any] | str, prefix: str = "") -> dict[str, Any]:
+    """{"model": {"init_args": {"r": 16}}} -> {"model.r": 16}; `init_args` levels are dropped,
+    `class_path` stays as the key of its parent (e.g. "model" -> "zoo.rosa.RoSAModule")."""
+    if isinstance(cfg, str):
+        cfg = yaml.safe_load(cfg) or {}
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if k == "init_args" and isinstance(v, dict):
+            out.update(flatten(v, prefix))
+        elif k == "class_path":
+            out[prefix or "class_path"] = v
+        elif isinstance(v, dict) and v:
+            out.update(flatten(v, key))
+        elif isinstance(v, list) and any(isinstance(x, dict) for x in v):
+            for i, x in enumerate(v):
+                if isinstance(x, dict):
+                    out.update(flatten(x, f"{key}.{i}"))
+                else:
+                    out[f"{key}.{i}"] = x
+        else:
+            out[key] = v
+    return out

@@ -1,0 +1,9 @@
+"""The one exception type users see as a one-line message from the `zoo` command."""
+
+
+class ZooError(ValueError):
+    """Bad input (config, data, checkpoint, arguments): the message names the problem.
+
+    The CLI prints ``zoo: error: <message>`` and exits with status 2 instead of a traceback
+    (set ``ZOO_DEBUG=1`` to get the traceback).
+    """

@@ -1,0 +1,250 @@
+"""Hugging Face Hub: `HubMixin` (save_pretrained / from_pretrained) and the `zoo push` / `zoo pull` commands.
+
+A published model is `model.safetensors` + `config.yaml` (class path and init args: enough to rebuild the
+module) + `README.md` (the card). Pickled weights are never published or loaded from the Hub.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import yaml
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from zoo.errors import ZooError
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.yaml"
+CARD = "README.md"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+def _plain(v: Any) -> Any:
+    """hparams to YAML-safe values."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, torch.dtype):
+        return str(v).replace("torch.", "")
+    return v
+
+
+def import_class(class_path: str) -> type:
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ZooError(f"class {class_path!r} does not exist ({e})") from e
+
+
+class HubMixin:
+    """Mixin for LightningModules that call `self.save_hyperparameters()`.
+
+    Override `card_metadata`, `hub_state_dict` or `prepare_state_dict_load` where a module needs to."""
+
+    hub_strict: bool = True
+
+    def card_metadata(self) -> dict[str, Any]:
+        """Front-matter additions for the model card (base_model, datasets, tags, ...)."""
+        return {}
+
+    def hub_state_dict(self) -> dict[str, torch.Tensor]:
+        return self.state_dict()
+
+    def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Called before `load_state_dict`, e.g. to allocate tensors whose shape depends on training."""
+
+    def hub_config(self) -> dict[str, Any]:
+        cls = type(self)
+        return {"model": {"class_path": f"{cls.__module__}.{cls.__qualname__}",
+                          "init_args": _plain(dict(getattr(self, "hparams", {})))}}
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        save_state_dict(self.hub_state_dict(), directory / WEIGHTS)
+        (directory / CONFIG).write_text(yaml.safe_dump(self.hub_config(), sort_keys=False))
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, repo_or_dir: str | Path, revision: str | None = None, endpoint: str | None = None,
+                        **overrides: Any):
+        """Rebuild a module from a local directory or a Hub repo (through the HF cache; works with
+        `HF_HUB_OFFLINE=1` once cached). `overrides` replace init args."""
+        return load_pretrained(repo_or_dir, revision=revision, endpoint=endpoint, expected=cls, **overrides)
+
+
+def save_state_dict(state: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors refuses shared storage (tied embeddings): keep one name, record the others as aliases."""
+    seen: dict[tuple, str] = {}
+    tensors, aliases = {}, {}
+    for name, t in state.items():
+        t = t.detach()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if t.numel() and key in seen:
+            aliases[name] = seen[key]
+            continue
+        seen[key] = name
+        tensors[name] = t.contiguous().cpu()
+    save_file(tensors, str(path), metadata={"format": "pt", "zoo_aliases": json.dumps(aliases)})
+
+
+def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
+    with safe_open(str(path), framework="pt") as f:
+        state = {k: f.get_tensor(k) for k in f.keys()}
+        aliases = json.loads((f.metadata() or {}).get("zoo_aliases", "{}"))
+    for name, target in aliases.items():
+        state[name] = state[target]
+    return state
+
+
+def _local_or_download(repo_or_dir: str | Path, revision: str | None, endpoint: str | None) -> Path:
+    path = Path(repo_or_dir)
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    repo = str(repo_or_dir)
+    from huggingface_hub.constants import is_offline_mode
+
+    if not is_offline_mode():
+        from huggingface_hub import HfApi
+
+        try:
+            files = HfApi(endpoint=endpoint).list_repo_files(repo, revision=revision)
+        except HfHubHTTPError as e:
+            raise ZooError(f"cannot read Hub repo {repo!r}: {e}") from e
+        if WEIGHTS not in files:
+            pickles = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
+            what = f"only pickled weights ({', '.join(pickles)})" if pickles else "no model.safetensors"
+            raise ZooError(f"Hub repo {repo!r} has {what}; zoo loads safetensors only and never unpickles")
+    try:
+        local = snapshot_download(repo, revision=revision, endpoint=endpoint, allow_patterns=[WEIGHTS, CONFIG, CARD])
+    except LocalEntryNotFoundError as e:
+        raise ZooError(f"{repo!r} is not in the local HF cache and HF_HUB_OFFLINE is set; pull it first") from e
+    except HfHubHTTPError as e:
+        raise ZooError(f"cannot download {repo!r}: {e}") from e
+    return Path(local)
+
+
+def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoint: str | None = None,
+                    expected: type | None = None, **overrides: Any):
+    """The module stored in a local dir or Hub repo (class from its config.yaml)."""
+    import lightning.pytorch as pl
+
+    local = _local_or_download(repo_or_dir, revision, endpoint)
+    pickles = [p.name for p in local.iterdir() if p.suffix in PICKLE_SUFFIXES]
+    if not (local / WEIGHTS).exists():
+        what = f"only pickled weights ({', '.join(pickles)})" if pickles else "no model.safetensors"
+        raise ZooError(f"{repo_or_dir} has {what}; zoo loads safetensors only and never unpickles")
+    if not (local / CONFIG).exists():
+        raise ZooError(f"{repo_or_dir} has no {CONFIG}; cannot rebuild the module")
+    cfg = yaml.safe_load((local / CONFIG).read_text()) or {}
+    model_cfg = cfg.get("model", cfg)
+    if "class_path" not in model_cfg:
+        raise ZooError(f"{local / CONFIG} has no model.class_path")
+    cls = import_class(model_cfg["class_path"])
+    if not (isinstance(cls, type) and issubclass(cls, pl.LightningModule)):
+        raise ZooError(f"{model_cfg['class_path']} is not a LightningModule")
+    if expected is not None and expected is not HubMixin and not issubclass(cls, expected):
+        raise ZooError(f"{repo_or_dir} holds a {cls.__name__}, not a {expected.__name__}")
+    module = cls(**{**(model_cfg.get("init_args") or {}), **overrides})
+    state = load_state_dict_file(local / WEIGHTS)
+    module.prepare_state_dict_load(state)
+    strict = getattr(module, "hub_strict", True)
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if strict and (missing or unexpected):
+        raise ZooError(f"weights in {repo_or_dir} do not fit {cls.__name__}: missing {missing[:5]}, "
+                       f"unexpected {unexpected[:5]}")
+    if unexpected:
+        raise ZooError(f"weights in {repo_or_dir} have keys {cls.__name__} lacks: {unexpected[:5]}")
+    return module.eval()
+
+
+# -- commands ------------------------------------------------------------------------------------------
+
+def module_from_run(run_dir: str | Path, checkpoint: str = "last"):
+    """Rebuild a run's module from its config.yaml and a checkpoint's weights (loaded weights-only)."""
+    from zoo.configs import load_yaml
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise ZooError(f"{run_dir} is not a run dir (no config.yaml)")
+    if checkpoint.endswith(".ckpt"):
+        ckpt = Path(checkpoint) if Path(checkpoint).is_absolute() or Path(checkpoint).exists() else run_dir / checkpoint
+    else:
+        ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt"
+    if checkpoint == "best":
+        best = sorted((run_dir / "checkpoints").glob("best-*.ckpt"))
+        ckpt = best[-1] if best else ckpt
+    if not ckpt.exists():
+        raise ZooError(f"checkpoint {ckpt} does not exist")
+    model_cfg = load_yaml(run_dir / "config.yaml").get("model") or {}
+    cls = import_class(model_cfg["class_path"])
+    module = cls(**(model_cfg.get("init_args") or {}))
+    try:
+        payload = torch.load(ckpt, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling refusal means the file is not plain tensors
+        raise ZooError(f"checkpoint {ckpt} cannot be loaded weights-only ({type(e).__name__}: {e})") from e
+    state = payload["state_dict"]
+    if hasattr(module, "on_load_checkpoint"):
+        module.on_load_checkpoint(payload)
+    module.prepare_state_dict_load(state)
+    module.load_state_dict(state, strict=getattr(module, "hub_strict", True))
+    return module
+
+
+def push(run_dir: str, *, repo: str, checkpoint: str = "last", private: bool = False,
+         commit_message: Optional[str] = None, endpoint: Optional[str] = None, token: Optional[str] = None) -> str:
+    """Publish a run to the Hugging Face Hub: model.safetensors + config.yaml + README.md (the card with the
+    run's measured results as model-index eval results).
+
+    Args:
+        run_dir: the run directory (runs/<config>/<timestamp>).
+        repo: Hub repo id, e.g. org/name (created if missing).
+        checkpoint: 'last', 'best' or a path to a .ckpt inside the run.
+        private: create the repo as private.
+        commit_message: commit message (default names the run).
+        endpoint: Hub endpoint (default: HF_ENDPOINT or huggingface.co).
+        token: Hub token (default: the logged-in token).
+    """
+    from huggingface_hub import HfApi
+
+    from zoo.cards import render_card
+
+    module = module_from_run(run_dir, checkpoint)
+    api = HfApi(endpoint=endpoint, token=token)
+    with tempfile.TemporaryDirectory() as tmp:
+        module.save_pretrained(tmp)
+        (Path(tmp) / CARD).write_text(render_card(run_dir))
+        api.create_repo(repo, private=private, exist_ok=True)
+        info = api.upload_folder(repo_id=repo, folder_path=tmp,
+                                 commit_message=commit_message or f"zoo push {Path(run_dir).name}")
+    url = getattr(info, "commit_url", None) or str(info)
+    print(url)
+    return url
+
+
+def pull(repo: str, revision: Optional[str] = None, endpoint: Optional[str] = None) -> str:
+    """Download a published model (safetensors, config, card) into the local HF cache and check it loads.
+
+    Args:
+        repo: Hub repo id, e.g. org/name.
+        revision: branch, tag or commit.
+        endpoint: Hub endpoint (default: HF_ENDPOINT or huggingface.co).
+    """
+    local = _local_or_download(repo, revision, endpoint)
+    load_pretrained(local)
+    print(local)
+    return str(local)

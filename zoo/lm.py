@@ -1,0 +1,103 @@
+"""Causal-LM helpers shared by the language-model papers (rosa, iml, cruxeval, unlearning).
+
+Models come either from the Hub / a local directory (a name) or from a config dict with random weights
+(`{"model_type": "llama", "hidden_size": 64, ...}`), which is what smoke configs and tests use offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from zoo.errors import ZooError
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}
+
+
+def resolve_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
+    if name is None or isinstance(name, torch.dtype):
+        return name
+    if name not in _DTYPES:
+        raise ZooError(f"unknown dtype {name!r}; use one of {sorted(_DTYPES)}")
+    return _DTYPES[name]
+
+
+def load_tokenizer(name: str):
+    """`"byt5"` gives the file-free byte tokenizer; anything else goes through `AutoTokenizer`."""
+    from transformers import AutoTokenizer, ByT5Tokenizer
+
+    if name == "byt5":
+        tok = ByT5Tokenizer()
+    else:
+        try:
+            tok = AutoTokenizer.from_pretrained(name)
+        except (OSError, ValueError) as e:
+            raise ZooError(f"tokenizer {name!r} not found locally or on the Hub ({type(e).__name__})") from e
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def build_causal_lm(model: str | dict[str, Any], torch_dtype: str | None = None, **kwargs):
+    """A causal LM from a Hub name / local path (pretrained) or a config dict (random init)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    dtype = resolve_dtype(torch_dtype)
+    if isinstance(model, dict):
+        cfg = dict(model)
+        model_type = cfg.pop("model_type", None)
+        if model_type is None:
+            raise ZooError("a model config dict needs 'model_type' (e.g. 'llama', 'gpt_neox', 'gpt_neo')")
+        try:
+            config = AutoConfig.for_model(model_type, **cfg)
+        except ValueError as e:
+            raise ZooError(f"bad model config for {model_type!r}: {e}") from e
+        lm = AutoModelForCausalLM.from_config(config, **kwargs)
+        return lm.to(dtype) if dtype is not None else lm
+    try:
+        return AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **kwargs)
+    except (OSError, ValueError) as e:
+        raise ZooError(f"base model {model!r} not found locally, in the HF cache or on the Hub "
+                       f"({type(e).__name__}); download it first or use a config dict") from e
+
+
+def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=len(text))
+    return text[:cut]
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sample: bool = False,
+             temperature: float = 1.0, top_p: float = 1.0, num_return_sequences: int = 1,
+             stop: Sequence[str] = ()) -> list[list[str]]:
+    """Batched generation; returns, per prompt, `num_return_sequences` completions (new text only,
+    cut at the first stop string). Left padding keeps every prompt's last token adjacent to the new ones."""
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        enc = tokenizer(prompts, return_tensors="pt", padding=True)
+    finally:
+        tokenizer.padding_side = side
+    device = next(model.parameters()).device
+    enc = {k: v.to(device) for k, v in enc.items()}
+    gen_kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                      num_return_sequences=num_return_sequences,
+                                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    if do_sample:
+        gen_kwargs.update(temperature=temperature, top_p=top_p)
+    else:  # silence generation_config sampling defaults of pretrained models
+        gen_kwargs.update(temperature=None, top_p=None, top_k=None)
+    if stop:
+        gen_kwargs.update(stop_strings=list(stop), tokenizer=tokenizer)
+    was_training = model.training
+    model.eval()
+    out = model.generate(**enc, **gen_kwargs)
+    model.train(was_training)
+    new = out[:, enc["input_ids"].shape[1]:]
+    texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+    texts = [truncate_at_stop(t, stop) for t in texts]
+    k = num_return_sequences
+    return [texts[i * k:(i + 1) * k] for i in range(len(prompts))]

@@ -1,0 +1,214 @@
+"""The one place that knows every paper of the zoo.
+
+`zoo list` and the tests read this table. A paper marked ``implemented`` must have its package,
+card, tests, configs and smoke twins; ``tests/test_registry.py`` enforces it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HUB_ORG = "zoo-icml24"
+
+
+@dataclass(frozen=True)
+class Paper:
+    id: str
+    title: str
+    url: str
+    code: str  # official repository, or "none"
+    status: str = "planned"  # "implemented" | "in progress" | "planned"
+    modules: tuple[str, ...] = ()  # LightningModule class paths
+    datamodules: tuple[str, ...] = ()
+    callbacks: tuple[str, ...] = ()
+    configs: tuple[str, ...] = ()  # stems under configs/; each has a twin under configs/smoke/
+    # Verbs the smoke test runs for each config; evaluation-only papers skip `fit`.
+    smoke_verbs: tuple[str, ...] = ("fit", "test")
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def card(self) -> Path:
+        return ROOT / "cards" / f"{self.id}.md"
+
+    @property
+    def hub_repo(self) -> str:
+        return f"{HUB_ORG}/{self.id}"
+
+    def config_path(self, stem: str, smoke: bool = False) -> Path:
+        return ROOT / "configs" / ("smoke" if smoke else "") / f"{stem}.yaml"
+
+
+def _arxiv(n: str) -> str:
+    return f"https://arxiv.org/abs/{n}"
+
+
+PAPERS: dict[str, Paper] = {
+    p.id: p
+    for p in [
+        Paper(
+            "rosa",
+            "RoSA: Accurate Parameter-Efficient Fine-Tuning via Robust Adaptation",
+            _arxiv("2401.04679"),
+            "github.com/IST-DASLab/RoSA",
+            status="implemented",
+            modules=("zoo.rosa.RoSAModule", "zoo.rosa.LoRABaselineModule"),
+            datamodules=("datamodules.gsm8k.GSM8KDataModule",),
+            callbacks=("callbacks.rosa_mask.RoSAMaskWarmup",),
+            configs=("rosa_gsm8k", "qrosa_gsm8k", "lora_gsm8k"),
+        ),
+        Paper(
+            "dpformer",
+            "Delving into Differentially Private Transformer",
+            _arxiv("2405.18194"),
+            "none",
+            status="implemented",
+            modules=("zoo.dpformer.DPSASRecModule",),
+            datamodules=("datamodules.seqrec.SeqRecDataModule",),
+            callbacks=("callbacks.dp_clipping.DPClipping",),
+            configs=("dpformer_movielens", "dpformer_amazon", "dpformer_movielens_nonprivate",
+                     "dpformer_movielens_vanilla"),
+        ),
+        Paper(
+            "iml",
+            "Implicit meta-learning may lead language models to trust more reliable sources",
+            _arxiv("2310.15047"),
+            "github.com/krasheninnikov/internalization",
+            status="in progress",
+            modules=("zoo.iml.IMLModule",),
+            datamodules=("datamodules.iml.IMLDataModule",),
+            callbacks=("callbacks.iml_tagging.IMLTagging",),
+            configs=("iml_cvdb_stage1", "iml_cvdb_stage2"),
+        ),
+        Paper(
+            "cruxeval",
+            "CRUXEval: A Benchmark for Code Reasoning, Understanding and Execution",
+            _arxiv("2401.03065"),
+            "github.com/facebookresearch/cruxeval",
+            status="implemented",
+            modules=("zoo.cruxeval.CRUXEvalModule",),
+            datamodules=("datamodules.cruxeval.CRUXEvalDataModule",),
+            configs=("cruxeval_output", "cruxeval_input"),
+            smoke_verbs=("test",),
+        ),
+        Paper(
+            "score",
+            "SCoRe: Submodular Combinatorial Representation Learning",
+            _arxiv("2310.00165"),
+            "github.com/amajee11us/SCoRe",
+            status="in progress",
+            modules=("zoo.score.SCoReModule",),
+            datamodules=("datamodules.cifar_lt.CIFARLTDataModule", "datamodules.medmnist.MedMNISTDataModule"),
+            configs=("score_cifar10lt", "score_cifar100lt", "score_organamnist", "score_cifar10lt_supcon",
+                     "score_cifar10lt_ce"),
+        ),
+        Paper(
+            "diffoas",
+            "Accelerating PDE Data Generation via Differential Operator Action in Solution Space",
+            _arxiv("2402.05957"),
+            "github.com/hs-dong/DiffOAS",
+            status="in progress",
+            modules=("zoo.diffoas.NeuralOperatorModule",),
+            datamodules=("datamodules.pde.PDEDataModule",),
+            configs=("diffoas_darcy", "diffoas_helmholtz", "diffoas_diffusion"),
+        ),
+        Paper(
+            "unlearning",
+            "To Each (Textual Sequence) Its Own: Improving Memorized-Data Unlearning in Large Language Models",
+            _arxiv("2405.03097"),
+            "none",
+            status="in progress",
+            modules=("zoo.unlearning.UnlearningModule",),
+            datamodules=("datamodules.memorization.MemorizationDataModule",),
+            callbacks=("callbacks.unlearning_metrics.UnlearningMetrics",),
+            configs=("unlearning_ga_gptneo", "unlearning_sgatau_gptneo"),
+        ),
+        Paper("minnorm", "Minimum Norm Interpolation Meets The Local Theory of Banach Spaces",
+              "https://openreview.net/forum?id=G4b32bKnBy", "none"),
+        Paper("gfnpg", "GFlowNet Training by Policy Gradients",
+              "https://proceedings.mlr.press/v235/niu24c.html", "github.com/niupuhua1234/GFN-PG"),
+        Paper("bymi", "ByMI: Byzantine Machine Identification with False Discovery Rate Control",
+              "https://proceedings.mlr.press/v235/qian24b.html", "github.com/mywang99/ByMI"),
+        Paper("pcdenoiser", "Learning Pseudo-Contractive Denoisers for Inverse Problems", _arxiv("2402.05637"),
+              "github.com/FizzzFizzz/Learning-Pseudo-Contractive-Denoisers-for-Inverse-Problems"),
+        Paper("dpodiff", "DPO-Diff: On Discrete Prompt Optimization for Diffusion Models", _arxiv("2407.01606"),
+              "github.com/ruocwang/dpo-diffusion"),
+        Paper("vpdm", "VPDM: Vague Prototype-Oriented Diffusion Model for Multi-Class Anomaly Detection",
+              "https://icml.cc/Conferences/2024", "none"),
+        Paper("clusterdel", "Combinatorial Approximations for Cluster Deletion: Simpler, Faster, and Better",
+              _arxiv("2404.16131"), "github.com/vibalcam/combinatorial-cluster-deletion"),
+        Paper("regal", "ReGAL: Refactoring Programs to Discover Generalizable Abstractions", _arxiv("2401.16467"),
+              "github.com/esteng/regal_program_learning"),
+        Paper("gentle", "GENTLE: Generative Conditional Distributions by Neural (Entropic) Optimal Transport",
+              _arxiv("2406.02317"), "github.com/nguyenngocbaocmt02/GENTLE"),
+        Paper("bggn", "Intersectional Unfairness Discovery", _arxiv("2405.20790"), "github.com/xugezheng/BGGN"),
+        Paper("pmtr", "3D Geometric Shape Assembly via Efficient Point Cloud Matching", _arxiv("2407.10542"),
+              "github.com/NahyukLEE/pmtr"),
+        Paper("moment", "MOMENT: A Family of Open Time-series Foundation Models", _arxiv("2402.03885"),
+              "github.com/moment-timeseries-foundation-model/moment"),
+    ]
+}
+
+
+def get_paper(paper_id: str) -> Paper:
+    from zoo.errors import ZooError
+
+    if paper_id not in PAPERS:
+        raise ZooError(f"unknown paper id {paper_id!r}; known: {', '.join(sorted(PAPERS))}")
+    return PAPERS[paper_id]
+
+
+def paper_of_class(class_path: str) -> Paper | None:
+    """The paper a class path belongs to: `zoo.<id>.X` or any class listed in an entry."""
+    parts = class_path.split(".")
+    if len(parts) > 2 and parts[0] == "zoo" and parts[1] in PAPERS:
+        return PAPERS[parts[1]]
+    for p in PAPERS.values():
+        if class_path in p.modules + p.datamodules + p.callbacks:
+            return p
+    return None
+
+
+def paper_of_config(config: str | Path) -> Paper | None:
+    stem = Path(config).stem
+    for p in PAPERS.values():
+        if stem in p.configs:
+            return p
+    return None
+
+
+def find(pattern: str = "*") -> list[Paper]:
+    """Papers whose id, title, status or any class/config name matches the glob (case-insensitive)."""
+    pat = pattern.lower() if any(c in pattern for c in "*?[") else f"*{pattern.lower()}*"
+    out = []
+    for p in PAPERS.values():
+        fields = [p.id, p.title, p.status, *p.modules, *p.datamodules, *p.callbacks, *p.configs]
+        if any(fnmatch.fnmatch(f.lower(), pat) for f in fields):
+            out.append(p)
+    return out
+
+
+def list_zoo(pattern: str = "*", status: str | None = None, configs: bool = False) -> list[str]:
+    """List the papers of the zoo with their status, modules, datamodules and configs.
+
+    Args:
+        pattern: glob or substring matched against id, title, status, class paths and config names.
+        status: only papers with this status ('implemented', 'in progress', 'planned').
+        configs: also list each config file (paper setting and smoke twin).
+    """
+    rows = [p for p in find(pattern) if status is None or p.status == status]
+    lines = []
+    for p in rows:
+        lines.append(f"{p.id:<11} {p.status:<12} {p.title}")
+        for label, items in (("models", p.modules), ("data", p.datamodules), ("callbacks", p.callbacks)):
+            if items:
+                lines.append(f"{'':<11} {label + ':':<12} {', '.join(items)}")
+        if configs:
+            for stem in p.configs:
+                lines.append(f"{'':<11} {'config:':<12} configs/{stem}.yaml  (smoke: configs/smoke/{stem}.yaml)")
+    if not rows:
+        lines.append(f"no paper matches {pattern!r}")
+    print("\n".join(lines))
+    return [p.id for p in rows]

@@ -1,0 +1,81 @@
+"""One run-directory layout for every run.
+
+    runs/<config-stem>/<YYYYmmdd-HHMMSS>[-N]/
+        config.yaml           resolved config of `fit` (with the seed); other stages: config.<stage>.yaml
+        checkpoints/          last.ckpt (resume) and best-k checkpoints
+        logs/<stage>/metrics.csv
+        wandb/                the W&B run (offline unless logged in)
+        summary.json          final metrics per stage, paper id, config name: what cards and compare read
+        README.md             the rendered model card
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+RUN_DIR_ENV = "ZOO_RUN_DIR"  # how DDP worker processes (re-launched commands) find rank 0's run dir
+
+
+def new_run_dir(root: str | Path, name: str) -> Path:
+    """A fresh directory under root/name; never reuses an existing one (two runs never collide)."""
+    base = Path(root) / name
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        d = base / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            d.mkdir(parents=True, exist_ok=False)
+            return d
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not create a fresh run directory under {base}")
+
+
+def run_dir_of_checkpoint(ckpt_path: str | Path | None) -> Path | None:
+    """The run dir that holds this checkpoint (…/<run>/checkpoints/x.ckpt), if it is one of ours."""
+    if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry"):
+        return None
+    p = Path(ckpt_path).resolve()
+    run = p.parent.parent
+    if p.parent.name == "checkpoints" and (run / "config.yaml").exists():
+        return run
+    return None
+
+
+def is_worker_process() -> bool:
+    """True in processes that Lightning's DDP launcher started for ranks > 0."""
+    return any(os.environ.get(k, "0") not in ("", "0") for k in ("LOCAL_RANK", "NODE_RANK")) and (
+        RUN_DIR_ENV in os.environ
+    )
+
+
+def stage_dir(run_dir: Path, stage: str) -> Path:
+    """logs/<stage>, or logs/<stage>-N when that stage already ran in this run dir (loses nothing)."""
+    logs = run_dir / "logs"
+    for n in range(1000):
+        d = logs / (stage if n == 0 else f"{stage}-{n}")
+        if not d.exists():
+            return d
+    raise RuntimeError(f"too many {stage} stages in {run_dir}")
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def update_summary(run_dir: str | Path, **fields: Any) -> dict[str, Any]:
+    summary = read_summary(run_dir)
+    for k, v in fields.items():
+        if isinstance(v, dict) and isinstance(summary.get(k), dict):
+            summary[k].update(v)
+        else:
+            summary[k] = v
+    path = Path(run_dir) / "summary.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)
+    return summary

@@ -1,0 +1,183 @@
+"""`ZooCLI`: LightningCLI plus the zoo's run directories, loggers, checkpoints, NaN guard and model card."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger
+
+from callbacks.model_card import ModelCardWriter
+from callbacks.nan_guard import NaNGuard
+from zoo.registry import paper_of_class
+from zoo.rundir import RUN_DIR_ENV, is_worker_process, new_run_dir, run_dir_of_checkpoint, stage_dir
+
+VERBS = ("fit", "validate", "test", "predict")
+
+
+class RunDirConfig(SaveConfigCallback):
+    """Saves the resolved config (seed included) into the run dir: `config.yaml` for the first fit,
+    `config.<stage>[-N].yaml` afterwards, so a resumed or evaluated run never overwrites anything."""
+
+    def __init__(self, *args: Any, run_dir: str = ".", **kwargs: Any):
+        super().__init__(*args, save_to_log_dir=False, **kwargs)
+        self.run_dir = Path(run_dir)
+
+    def save_config(self, trainer, pl_module, stage: str) -> None:
+        stage = getattr(stage, "value", stage)
+        name = "config.yaml"
+        if (self.run_dir / name).exists():
+            name = f"config.{stage}.yaml"
+            n = 1
+            while (self.run_dir / name).exists():
+                name, n = f"config.{stage}-{n}.yaml", n + 1
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.parser.save(self.config, self.run_dir / name, skip_none=False, overwrite=False, multifile=False)
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """`last.ckpt` every epoch or N steps, and once more when training ends, so it always holds the final
+    weights (a step-based checkpoint alone would stop at the last multiple of N)."""
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+
+def wandb_mode(requested: str) -> str:
+    """`auto`: online only when the user is logged in (API key in env or netrc), else offline."""
+    if requested != "auto":
+        return requested
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    try:
+        import netrc
+
+        auth = netrc.netrc().authenticators("api.wandb.ai")
+        return "online" if auth else "offline"
+    except (OSError, netrc.NetrcParseError):
+        return "offline"
+
+
+class ZooCLI(LightningCLI):
+    def __init__(self, args: list[str] | None = None, **kwargs: Any):
+        no_exit = {"exit_on_error": False}
+        super().__init__(
+            model_class=None,
+            datamodule_class=None,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_callback=RunDirConfig,
+            parser_kwargs={**no_exit, **{v: dict(no_exit) for v in VERBS}},
+            args=args,
+            **kwargs,
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument("--run_root", type=str, default="runs",
+                            help="Runs go to <run_root>/<config name>/<timestamp>/.")
+        parser.add_argument("--run_name", type=Optional[str], default=None,
+                            help="Name of the run group (default: the config file's stem).")
+        parser.add_argument("--wandb_mode", type=Literal["auto", "online", "offline", "disabled"], default="auto",
+                            help="W&B: 'auto' = online when logged in, otherwise offline.")
+        parser.add_argument("--wandb_project", type=str, default="zoo", help="W&B project.")
+        parser.add_argument("--checkpoint_every_n_steps", type=Optional[int], default=None,
+                            help="Also write last.ckpt every N optimizer steps (default: at epoch/validation end).")
+
+    # -- run directory -------------------------------------------------------------------------------
+    def _cfg(self) -> Any:
+        return self.config[self.subcommand]
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self._cfg()
+        configs = cfg.get("config") or []
+        stem = cfg.get("run_name") or (Path(str(configs[-1])).stem if configs else None)
+        model_path = cfg["model"]["class_path"] if cfg.get("model") else ""
+        stem = stem or model_path.rsplit(".", 1)[-1].lower() or "run"
+        paper = paper_of_class(model_path)
+        self.paper_id = paper.id if paper else None
+        self.config_name = stem
+
+        if is_worker_process():
+            run_dir = Path(os.environ[RUN_DIR_ENV])
+        else:
+            run_dir = run_dir_of_checkpoint(cfg.get("ckpt_path")) or new_run_dir(cfg["run_root"], stem)
+            os.environ[RUN_DIR_ENV] = str(run_dir)
+        self.run_dir = run_dir
+        self.save_config_kwargs = {"run_dir": str(run_dir), "overwrite": False}
+
+    def instantiate_trainer(self, **kwargs: Any):
+        cfg = self.config_init[self.subcommand]
+        trainer_cfg = cfg.get("trainer", {})
+        run_dir = self.run_dir
+        kwargs.setdefault("default_root_dir", str(run_dir))
+        if trainer_cfg.get("logger") in (None, True):
+            kwargs["logger"] = self._loggers(cfg)
+        callbacks = list(trainer_cfg.get("callbacks") or [])
+        if not any(isinstance(c, ModelCheckpoint) for c in callbacks) and self.subcommand == "fit":
+            callbacks += self._checkpoints(cfg)
+        callbacks += [NaNGuard(), ModelCardWriter(str(run_dir), self.config_name, self.paper_id)]
+        kwargs["callbacks"] = callbacks
+        return super().instantiate_trainer(**kwargs)
+
+    def _checkpoints(self, cfg: Any) -> list[ModelCheckpoint]:
+        """`last.ckpt` (every epoch and, if asked, every N steps) for resume; plus best-1 by the
+        module's `monitor`. Two callbacks, because a monitored checkpoint skips steps where the
+        monitored metric does not exist yet, and `last.ckpt` must not wait for it."""
+        dirpath = str(self.run_dir / "checkpoints")
+        out = [LastCheckpoint(dirpath=dirpath, save_last=True, save_top_k=0,
+                               every_n_train_steps=cfg.get("checkpoint_every_n_steps"))]
+        monitor = getattr(self.model, "monitor", None)
+        if monitor:
+            out.append(ModelCheckpoint(dirpath=dirpath, filename="best-{epoch}-{step}", auto_insert_metric_name=False,
+                                       monitor=monitor, mode=getattr(self.model, "monitor_mode", "min"),
+                                       save_top_k=1, save_last=False))
+        return out
+
+    def _loggers(self, cfg: Any) -> list:
+        stage = self.subcommand
+        logs = stage_dir(self.run_dir, stage)
+        loggers: list = [CSVLogger(save_dir=str(logs.parent), name="", version=logs.name)]
+        mode = wandb_mode(cfg.get("wandb_mode", "auto"))
+        if mode != "disabled":
+            from lightning.pytorch.loggers import WandbLogger
+
+            tags = [t for t in (self.paper_id, self.config_name, stage) if t]
+            run_id = f"{self.config_name}-{self.run_dir.name}-{logs.name}".replace("/", "-")
+            loggers.append(WandbLogger(
+                save_dir=str(self.run_dir), project=cfg.get("wandb_project", "zoo"), name=run_id, id=run_id,
+                group=self.paper_id or "misc", tags=tags, mode=mode, job_type=stage,
+                config=self._flat_config(), log_model=False,
+            ))
+        return loggers
+
+    def _flat_config(self) -> dict[str, Any]:
+        """The full resolved config for W&B, flattened to dotted keys (seed included)."""
+        from zoo.configs import flatten
+
+        return flatten(self._parser(self.subcommand).dump(self._cfg(), format="yaml", skip_none=False))
+
+    def before_fit(self) -> None:
+        from zoo.resume import make_train_loader_stateful
+
+        make_train_loader_stateful(self.datamodule if self.datamodule is not None else self.model)
+
+    def after_fit(self) -> None:
+        self._report()
+
+    def after_test(self) -> None:
+        self._report()
+
+    def after_validate(self) -> None:
+        self._report()
+
+    def _report(self) -> None:
+        if self.trainer.is_global_zero:
+            print(f"zoo: run dir {self.run_dir}")
+            last = getattr(self.trainer.checkpoint_callback, "last_model_path", "")
+            if self.subcommand == "fit" and last:
+                print(f"zoo: last checkpoint {last}")
