@@ -176,6 +176,11 @@ class ZooCLI(LightningCLI):
         self._report()
 
     def _report(self) -> None:
+        from lightning.pytorch.loggers import WandbLogger
+
+        for logger in self.trainer.loggers:
+            if isinstance(logger, WandbLogger) and logger._experiment is not None:
+                logger.experiment.finish()  # flush the offline run (config, summary) to disk now
         if self.trainer.is_global_zero:
             print(f"zoo: run dir {self.run_dir}")
             last = getattr(self.trainer.checkpoint_callback, "last_model_path", "")

@@ -44,8 +44,11 @@ def test_fit_then_test_writes_a_complete_run_dir(in_tmp, toy_config, capsys):
     assert (run / "checkpoints" / "last.ckpt").exists()
     assert list((run / "checkpoints").glob("best-*.ckpt")), "best checkpoint by the module's monitor"
     assert "train/loss" in (run / "logs" / "fit" / "metrics.csv").read_text()
-    wandb_runs = list((run / "wandb").glob("offline-run-*"))
+    wandb_runs = list((run / "wandb").glob("offline-run-*/*.wandb"))
     assert wandb_runs, "an offline W&B run inside the run dir"
+    record = wandb_runs[0].read_bytes()  # the run's records: full resolved config (seed included), group, tags
+    for needle in (b"seed_everything", b"model.hidden", b"trainer.max_epochs", b"zoo_toy.ToyRegressor"):
+        assert needle in record, needle
     assert (run / "README.md").exists()
 
     assert main(["test", "--config", str(toy_config), "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 0
