@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["WANDB_MODE"] = "offline"
@@ -19,6 +20,10 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORT = ROOT / "tests" / "support"
 SHARED_DATA = ROOT.parent / "shared" / "data"
+
+# The suite's models are tiny: one intra-op thread per test process is fastest, and with two processes on
+# two cores (pytest -n 2) threads would otherwise spin against each other.
+torch.set_num_threads(1)
 
 # Framework tests import the toy module from tests/support (in-process and in `zoo` subprocesses).
 sys.path.insert(0, str(SUPPORT))

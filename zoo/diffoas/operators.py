@@ -1,0 +1,187 @@
+"""Five-point flux discretisation of the paper's three operators, assembled without loops over grid points.
+
+All three PDEs of the paper (Appendix B.2) are instances of
+
+    A(c, q) u = sigma * ( -div(c grad u) ) + q u        on (0, 1)^2,   u = 0 on the boundary,
+
+discretised on an ``s x s`` node grid with ``h = 1/(s-1)``; the unknowns are the ``n = s-2`` interior nodes per
+direction, ordered row-major (``k = i*n + j`` for interior node ``(i+1, j+1)``). The flux through a cell face uses
+the mean of the two neighbouring nodal coefficients, as in the official code's ``build_darcy2`` / ``creat_f``.
+
+* Darcy, eq. (8):            -div(K grad h) = f       -> sigma=+1, c=K, q=0
+* Helmholtz, eq. (9):        lap(Phi) + k^2 Phi = S   -> sigma=-1, c=1, q=k^2
+* Solute diffusion, eq. (10): div(k grad C) + q C = f -> sigma=-1, c=k, q=q
+
+(The official Helmholtz/diffusion scripts flip the sign of the diffusion term, i.e. solve ``-div(c grad u) + q u``;
+we keep the paper's equations. Both are well posed for the paper's coefficient ranges.)
+
+``assemble_operator`` builds the CSR matrix from a cached sparsity pattern (only the values change between samples),
+``apply_operator`` is the same operator applied matrix-free to a batch of fields (used as a cross-check).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import scipy.sparse as sp
+
+from zoo.errors import ZooError
+
+MIN_GRID = 3  # the 5-point stencil needs at least one interior node: s - 2 >= 1
+
+
+def check_grid(s: int) -> int:
+    if not isinstance(s, (int, np.integer)) or s < MIN_GRID:
+        raise ZooError(
+            f"grid size s={s} is too small for the 5-point stencil: need s >= {MIN_GRID} "
+            "(s nodes per side incl. the Dirichlet boundary, so at least one interior node)"
+        )
+    return int(s)
+
+
+@lru_cache(maxsize=16)
+def _pattern(n: int):
+    """CSR structure of the 5-point stencil on an n x n interior grid, and where each stencil entry goes.
+
+    Returns (indptr, indices, gather): CSR data = stacked stencil weights (centre, west, east, south, north; each
+    (n*n,) over all nodes, boundary neighbours included) taken at ``gather``, so assembly is one vectorised take.
+    """
+    k = np.arange(n * n).reshape(n, n)
+    i, j = np.divmod(k, n)
+    # neighbour offsets in (row, col) and whether they stay inside the interior grid
+    nbrs = {
+        "c": (0, 0, np.ones_like(k, dtype=bool)),
+        "w": (0, -1, j > 0),
+        "e": (0, 1, j < n - 1),
+        "s": (-1, 0, i > 0),
+        "n": (1, 0, i < n - 1),
+    }
+    rows, cols, tags = [], [], []
+    for d, (di, dj, has) in nbrs.items():
+        rows.append(k[has])
+        cols.append(k[has] + di * n + dj)
+        tags.append(np.full(has.sum(), "cwesn".index(d)))
+    rows, cols, tags = map(np.concatenate, (rows, cols, tags))
+    order = np.lexsort((cols, rows))  # CSR order: by row, then column
+    rows, cols, tags = rows[order], cols[order], tags[order]
+    indptr = np.zeros(n * n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n * n), out=indptr[1:])
+    # CSR entry p holds stencil weight `tags[p]` of node `rows[p]`: its index in the stacked (5, n*n) weights
+    gather = tags * (n * n) + rows
+    return indptr, cols.astype(np.int32), gather
+
+
+def face_coefficients(c: np.ndarray):
+    """Face coefficients (mean of the two nodes) for the four faces of every interior node of an s x s field."""
+    cc = c[..., 1:-1, 1:-1]
+    return (
+        0.5 * (cc + c[..., 1:-1, :-2]),  # west
+        0.5 * (cc + c[..., 1:-1, 2:]),  # east
+        0.5 * (cc + c[..., :-2, 1:-1]),  # south (row i-1)
+        0.5 * (cc + c[..., 2:, 1:-1]),  # north (row i+1)
+    )
+
+
+def _interior_q(q, s: int):
+    if q is None:
+        return 0.0
+    q = np.asarray(q, dtype=np.float64)
+    if q.shape[-2:] == (s, s):
+        return q[..., 1:-1, 1:-1]
+    if q.shape[-2:] == (s - 2, s - 2):
+        return q
+    raise ZooError(f"reaction field q has shape {q.shape[-2:]}, expected ({s}, {s}) or ({s - 2}, {s - 2})")
+
+
+def stencil_values(c: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> np.ndarray:
+    """CSR data of ``sigma * (-div(c grad .)) + q`` for a batch of fields ``c`` (..., s, s): shape (..., nnz)."""
+    c = np.asarray(c, dtype=np.float64)
+    if c.ndim < 2 or c.shape[-1] != c.shape[-2]:
+        raise ZooError(f"coefficient field must be square in its last two axes, got shape {c.shape}")
+    s = check_grid(c.shape[-1])
+    n = s - 2
+    batch = c.shape[:-2]
+    inv_h2 = float((s - 1) ** 2)
+    cw, ce, cs, cn = face_coefficients(c)
+    indptr, indices, gather = _pattern(n)
+    diag = sigma * inv_h2 * (cw + ce + cs + cn) + _interior_q(q, s)
+    stacked = np.stack([np.broadcast_to(diag, cw.shape), -sigma * inv_h2 * cw, -sigma * inv_h2 * ce,
+                        -sigma * inv_h2 * cs, -sigma * inv_h2 * cn], axis=-3)
+    data = stacked.reshape(batch + (5 * n * n,)).take(gather, axis=-1)
+    return data
+
+
+def assemble_operator(c: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> sp.csr_matrix:
+    """CSR matrix of ``sigma * (-div(c grad .)) + q`` on the interior nodes of the s x s grid of ``c``.
+
+    ``c`` is the nodal coefficient on the full grid (boundary included, it enters the boundary faces);
+    ``q`` is nodal on the full or the interior grid. Vectorised: values are scattered into a cached pattern.
+    """
+    c = np.asarray(c, dtype=np.float64)
+    if c.ndim != 2:
+        raise ZooError(f"coefficient field must be a 2-D array, got shape {c.shape}")
+    data = stencil_values(c, q, sigma)
+    n = c.shape[0] - 2
+    indptr, indices, _ = _pattern(n)
+    return sp.csr_matrix((data, indices, indptr), shape=(n * n, n * n))
+
+
+@lru_cache(maxsize=4)
+def _block_pattern(n: int, m: int):
+    indptr, indices, _ = _pattern(n)
+    N, nnz = n * n, indices.size
+    big_indices = (indices[None, :] + (np.arange(m, dtype=np.int64) * N)[:, None]).ravel()
+    big_indptr = np.concatenate([[0], (indptr[1:][None, :] + (np.arange(m) * nnz)[:, None]).ravel()])
+    return big_indptr, big_indices
+
+
+def assemble_block_diagonal(c: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> sp.csr_matrix:
+    """Block-diagonal CSR of the operators of a batch ``c`` (m, s, s): one sparse product acts on m samples."""
+    data = stencil_values(c, q, sigma)
+    m = data.shape[0]
+    n = c.shape[-1] - 2
+    indptr, indices = _block_pattern(n, m)
+    N = m * n * n
+    return sp.csr_matrix((data.ravel(), indices, indptr), shape=(N, N))
+
+
+def apply_operator(c: np.ndarray, u: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> np.ndarray:
+    """Matrix-free ``A(c, q) u`` for a batch: ``c`` (..., s, s), ``u`` (..., s-2, s-2) interior values."""
+    c = np.asarray(c, dtype=np.float64)
+    s = check_grid(c.shape[-1])
+    inv_h2 = float((s - 1) ** 2)
+    up = np.zeros(u.shape[:-2] + (s, s))
+    up[..., 1:-1, 1:-1] = u  # zero Dirichlet boundary
+    cw, ce, cs, cn = face_coefficients(c)
+    uc = up[..., 1:-1, 1:-1]
+    flux = (
+        cw * (uc - up[..., 1:-1, :-2])
+        + ce * (uc - up[..., 1:-1, 2:])
+        + cs * (uc - up[..., :-2, 1:-1])
+        + cn * (uc - up[..., 2:, 1:-1])
+    )
+    return sigma * inv_h2 * flux + _interior_q(q, s) * uc
+
+
+def assemble_operator_loop(c: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> sp.csr_matrix:
+    """Reference assembly with explicit loops over grid points (tests only: slow by design)."""
+    c = np.asarray(c, dtype=np.float64)
+    s = c.shape[0]
+    n = s - 2
+    h2 = 1.0 / (s - 1) ** 2
+    qi = np.zeros((n, n)) if q is None else _interior_q(q, s)
+    A = sp.lil_matrix((n * n, n * n))
+    for i in range(n):
+        for j in range(n):
+            k = i * n + j
+            gi, gj = i + 1, j + 1  # node on the full grid
+            diag = 0.0
+            for di, dj in ((0, -1), (0, 1), (-1, 0), (1, 0)):
+                face = 0.5 * (c[gi, gj] + c[gi + di, gj + dj])
+                diag += face
+                ni, nj = i + di, j + dj
+                if 0 <= ni < n and 0 <= nj < n:
+                    A[k, ni * n + nj] = -sigma * face / h2
+            A[k, k] = sigma * diag / h2 + qi[i, j]
+    return A.tocsr()
