@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 TRAINER_VERBS = ("fit", "validate", "test", "predict")
-FUNCTION_VERBS = ("list", "push", "pull", "card", "compare")
+FUNCTION_VERBS = ("list", "push", "pull", "card", "compare", "cruxeval-score")
 
 USAGE = """usage: zoo <command> [options]
 
@@ -31,6 +31,7 @@ Zoo commands (`zoo <command> --help` for options):
   pull       download a published model into the local HF cache
   card       write or refresh a run's model card (README.md)
   compare    compare runs (local run dirs or a W&B project): table + plot
+  cruxeval-score  score a CRUXEval generations file by execution in the sandbox (no model needed)
 
 Each run gets its own directory runs/<config-name>/<timestamp>/ with config.yaml, checkpoints/,
 logs/, a W&B run (offline unless logged in), summary.json and the model card README.md.
@@ -73,10 +74,12 @@ def _run_function(argv: list[str]) -> int:
 
     from zoo.cards import card
     from zoo.compare import compare
+    from zoo.cruxeval import score_generations
     from zoo.hub import pull, push
     from zoo.registry import list_zoo
 
-    CLI({"list": list_zoo, "push": push, "pull": pull, "card": card, "compare": compare},
+    CLI({"list": list_zoo, "push": push, "pull": pull, "card": card, "compare": compare,
+         "cruxeval-score": score_generations},
         args=argv, prog="zoo", exit_on_error=False)
     return 0
 

@@ -24,7 +24,7 @@ def test_help_explains_every_command(capsys):
     out = capsys.readouterr().out
     for verb in ("fit", "validate", "test", "predict", "list", "push", "pull", "card", "compare"):
         assert f"\n  {verb}" in out
-    for verb in ("list", "push", "pull", "card", "compare"):
+    for verb in ("list", "push", "pull", "card", "compare", "cruxeval-score"):
         with pytest.raises(SystemExit) as e:
             main([verb, "--help"])
         assert e.value.code == 0

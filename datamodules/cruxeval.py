@@ -1,0 +1,116 @@
+"""CRUXEval rows (code / input / output / id, all Python source strings) for evaluation-only runs.
+
+Sources: ``hub`` (``cruxeval-org/cruxeval``, split ``test``, via `datasets`), ``local`` (a jsonl in the
+official schema, e.g. ../shared/data/cruxeval.jsonl) or ``embedded`` (``cruxeval_sample.jsonl``: 24 rows
+of the project's own functions, built from :data:`SAMPLE_CANDIDATES` by the paper's filters in
+`zoo.cruxeval.construct`). Batches are lists of row dicts; malformed rows are kept and later scored as
+failures with their reason, so one bad line never stops a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader
+
+from zoo.errors import ZooError
+
+SAMPLE_PATH = Path(__file__).with_name("cruxeval_sample.jsonl")
+
+# Our own candidate functions (not from the benchmark), each with inputs; `build_benchmark` keeps all 24
+# (function, input) pairs and computes their outputs. tests/cruxeval checks the shipped jsonl matches.
+SAMPLE_CANDIDATES: list[dict[str, Any]] = [
+    {"code": "def f(text, sep):\n    parts = text.split(sep)\n    parts.reverse()\n"
+             "    return sep.join(p.capitalize() for p in parts)", "inputs": ["'ab-cd-ef', '-'", "'one two', ' '"]},
+    {"code": "def f(nums, k):\n    out = []\n    for i, n in enumerate(nums):\n        if i % k == 0:\n"
+             "            out.append(n * 2)\n        else:\n            out.insert(0, n)\n    return out",
+     "inputs": ["[3, 1, 4, 1, 5], 2", "[7, 8], 3"]},
+    {"code": "def f(d, key):\n    counts = dict(d)\n    counts[key] = counts.get(key, 0) + 1\n"
+             "    return sorted(counts.items(), key=lambda kv: kv[1])", "inputs": ["{'a': 2, 'b': 0}, 'b'", "{}, 'z'"]},
+    {"code": "def f(s):\n    result = ''\n    for ch in s:\n        if ch.isdigit():\n            result += ch\n"
+             "        elif ch.isupper():\n            result = ch.lower() + result\n    return result",
+     "inputs": ["'a1B2c3D'", "'XYZ'"]},
+    {"code": "def f(words, width):\n    lines = []\n    for w in words:\n        lines.append(w.center(width, '*'))\n"
+             "    return '|'.join(lines)", "inputs": ["['hi', 'abc'], 3", "['x'], 1"]},
+    {"code": "def f(items, target):\n    while target in items:\n        items.remove(target)\n"
+             "    items.append(len(items))\n    return items", "inputs": ["[2, 5, 2, 7], 2", "[1], 3"]},
+    {"code": "def f(text, old, new):\n    count = text.count(old)\n    return text.replace(old, new, 1) + str(count)",
+     "inputs": ["'banana', 'an', 'AN'", "'aaa', 'b', 'c'"]},
+    {"code": "def f(pairs):\n    table = {}\n    for k, v in pairs:\n        table.setdefault(v, []).append(k)\n"
+             "    return {k: len(v) for k, v in table.items()}", "inputs": ["[('a', 1), ('b', 2), ('c', 1)]", "[]"]},
+    {"code": "def f(s, n):\n    s = s.strip('.')\n    if len(s) > n:\n        return s[:n].upper() + s[n:]\n"
+             "    return s.zfill(n)", "inputs": ["'..hello..', 2", "'42', 3"]},
+    {"code": "def f(nums):\n    evens = [n for n in nums if n % 2 == 0]\n    odds = [n for n in nums if n % 2 == 1]\n"
+             "    return odds[::-1] + evens", "inputs": ["[1, 2, 3, 4, 5]", "[6]"]},
+    {"code": "def f(text, chars):\n    kept = []\n    for c in text:\n        if c not in chars:\n"
+             "            kept.append(c)\n    return ''.join(kept).title()", "inputs": ["'hello world', 'lo'", "'a-b', '-'"]},
+    {"code": "def f(d, keys):\n    out = {}\n    for k in keys:\n        if k in d:\n            out[k] = d.pop(k)\n"
+             "    return (out, d)", "inputs": ["{1: 'a', 2: 'b', 3: 'c'}, [3, 1, 9]", "{}, []"]},
+]
+
+
+def collate_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return list(batch)
+
+
+class CRUXEvalDataModule(L.LightningDataModule):
+    """CRUXEval for `test` / `predict` (the benchmark has no training split).
+
+    Args:
+        source: ``hub`` | ``local`` | ``embedded``.
+        path: the jsonl for ``source: local``.
+        hub_name / split: the Hub dataset for ``source: hub``.
+        batch_size: rows per generation batch.
+        limit: evaluate only the first ``limit`` rows (None: all).
+    """
+
+    def __init__(self, source: Literal["hub", "local", "embedded"] = "hub", path: Optional[str] = None,
+                 hub_name: str = "cruxeval-org/cruxeval", split: str = "test", batch_size: int = 8,
+                 limit: Optional[int] = None):
+        super().__init__()
+        if source not in ("hub", "local", "embedded"):
+            raise ZooError(f"CRUXEval source must be 'hub', 'local' or 'embedded', got {source!r}")
+        if source == "local" and not path:
+            raise ZooError("CRUXEval source 'local' needs data.path (a jsonl with code/input/output/id)")
+        if batch_size < 1:
+            raise ZooError(f"batch_size must be >= 1, got {batch_size}")
+        self.source, self.path, self.hub_name, self.split = source, path, hub_name, split
+        self.batch_size, self.limit = batch_size, limit
+        self.rows: list[dict[str, Any]] = []
+
+    def load_rows(self) -> list[dict[str, Any]]:
+        from zoo.cruxeval.scoring import load_rows
+
+        if self.source == "embedded":
+            rows = load_rows(SAMPLE_PATH)
+        elif self.source == "local":
+            if not Path(self.path).exists():
+                raise ZooError(f"CRUXEval file {self.path} not found; download data/cruxeval.jsonl from "
+                               "https://github.com/facebookresearch/cruxeval or use source: hub")
+            rows = load_rows(self.path)
+        else:
+            from zoo.cruxeval.scoring import hub_rows
+
+            rows = hub_rows(self.hub_name, self.split)
+        return rows[: self.limit] if self.limit is not None else rows
+
+    def setup(self, stage: str | None = None) -> None:
+        if not self.rows:
+            self.rows = self.load_rows()
+            where = {"hub": self.hub_name, "local": self.path, "embedded": str(SAMPLE_PATH)}[self.source]
+            rank_zero_info(f"CRUXEval: source={self.source} ({where}), {len(self.rows)} rows")
+
+    def _loader(self) -> DataLoader:
+        return DataLoader(self.rows, batch_size=self.batch_size, shuffle=False, collate_fn=collate_rows)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader()
