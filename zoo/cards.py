@@ -73,7 +73,8 @@ def render_card(run_dir: str | Path) -> str:
     for k, v in extra.items():
         old = getattr(data, k, None)
         if isinstance(old, list) and isinstance(v, list):
-            setattr(data, k, old + [x for x in v if x not in old])
+            # the run's own values first: model-index takes the first dataset as the evaluated one
+            setattr(data, k, v + [x for x in old if x not in v])
         elif old in (None, [], ""):
             setattr(data, k, v)
     data.model_name = summary.get("config_name") or run_dir.name

@@ -98,7 +98,7 @@ PAPERS: dict[str, Paper] = {
             "SCoRe: Submodular Combinatorial Representation Learning",
             _arxiv("2310.00165"),
             "github.com/amajee11us/SCoRe",
-            status="in progress",
+            status="implemented",
             modules=("zoo.score.SCoReModule",),
             datamodules=("datamodules.cifar_lt.CIFARLTDataModule", "datamodules.medmnist.MedMNISTDataModule"),
             configs=("score_cifar10lt", "score_cifar100lt", "score_organamnist", "score_cifar10lt_supcon",

@@ -1,0 +1,110 @@
+"""MedMNIST (OrganAMNIST, DermaMNIST, ...) from the dataset's own ``.npz`` files, for SCoRe.
+
+A MedMNIST v2/v3 file ``<flag>.npz`` (or ``<flag>_<size>.npz``) holds train/val/test splits under the
+keys ``{split}_images`` (uint8 [N, H, W] or [N, H, W, 3]) and ``{split}_labels`` (int [N, 1]). The data are
+used as shipped (already imbalanced) unless ``imbalance_ratio`` asks for a synthetic long tail.
+The embedded source writes scikit-learn's digits into exactly that layout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+
+from datamodules.cifar_lt import LongTailDataModule, embedded_digits
+from zoo.errors import ZooError
+
+SPLITS = ("train", "val", "test")
+KEYS = tuple(f"{s}_{k}" for s in SPLITS for k in ("images", "labels"))
+
+
+def embedded_medmnist(size: int = 28, val_per_class: int = 10) -> dict[str, np.ndarray]:
+    """Digits as a MedMNIST-format dict (grey 28 x 28, labels [N, 1])."""
+    (tx, ty), (ex, ey) = embedded_digits(size, channels=1)
+    val = np.concatenate([np.flatnonzero(ty == c)[:val_per_class] for c in range(10)])
+    train = np.setdiff1d(np.arange(len(ty)), val)
+    out = {}
+    for split, (x, y) in {"train": (tx[train], ty[train]), "val": (tx[val], ty[val]), "test": (ex, ey)}.items():
+        out[f"{split}_images"] = x[:, 0].numpy()
+        out[f"{split}_labels"] = y.reshape(-1, 1).astype(np.uint8)
+    return out
+
+
+def read_medmnist(path: Path) -> dict[str, np.ndarray]:
+    """Load and validate a MedMNIST .npz; ZooError naming the problem otherwise."""
+    if not path.is_file():
+        flag = path.stem.split("_")[0]
+        raise ZooError(
+            f"MedMNIST file {str(path)!r} not found; download it once with `pip install medmnist && python -c "
+            f"\"import medmnist as m; getattr(m, m.INFO['{flag}']['python_class'])(split='train', download=True, "
+            f"root='{path.parent}')\"` or from https://zenodo.org/records/10519652")
+    try:
+        with np.load(path) as f:
+            missing = [k for k in KEYS if k not in f.files]
+            if missing:
+                raise ZooError(f"MedMNIST file {str(path)!r} lacks keys {missing} (has {sorted(f.files)})")
+            data = {k: f[k] for k in KEYS}
+    except (OSError, ValueError) as e:
+        if isinstance(e, ZooError):
+            raise
+        raise ZooError(f"cannot read MedMNIST file {str(path)!r}: {e}") from e
+    for s in SPLITS:
+        x, y = data[f"{s}_images"], data[f"{s}_labels"]
+        if x.ndim not in (3, 4) or len(x) != len(y):
+            raise ZooError(f"{path.name}: {s}_images {x.shape} and {s}_labels {y.shape} are not a MedMNIST split")
+        if y.ndim == 2 and y.shape[1] != 1:
+            raise ZooError(f"{path.name} is multi-label ({s}_labels {y.shape}); SCoRe needs single-label classes")
+    return data
+
+
+class MedMNISTDataModule(LongTailDataModule):
+    """MedMNIST classification splits (train / val / test) with SCoRe's two-view training batches.
+
+    Args:
+        flag: MedMNIST dataset name, e.g. "organamnist", "dermamnist" (file ``<flag>.npz``).
+        source: "local" reads ``<root>/<flag>.npz`` (or ``root`` itself when it is a file);
+            "embedded" uses scikit-learn digits in the MedMNIST layout.
+        root: folder holding the .npz files (MedMNIST's default is ~/.medmnist).
+        size: image size of the file (28 -> ``<flag>.npz``, else ``<flag>_<size>.npz``).
+        imbalance_ratio: None keeps MedMNIST's own imbalance; a number re-samples an exponential tail.
+    """
+
+    def __init__(self, flag: str = "organamnist", source: Literal["local", "embedded"] = "local",
+                 root: str = "data/medmnist", size: int = 28, imbalance_ratio: Optional[float] = None,
+                 imbalance_type: Literal["exp", "step"] = "exp", step_classes: Optional[list[int]] = None,
+                 batch_size: int = 512, eval_batch_size: Optional[int] = None, num_workers: int = 4,
+                 n_views: int = 2, augment: Literal["supcon", "light", "none"] = "supcon", hflip: bool = True,
+                 seed: int = 0):
+        super().__init__(batch_size, num_workers, n_views, augment, hflip, imbalance_ratio, imbalance_type,
+                         step_classes, eval_batch_size, seed)
+        if source not in ("local", "embedded"):
+            raise ZooError(f"unknown source {source!r}; choose 'local' or 'embedded'")
+        self.flag, self.source, self.root, self.size = flag, source, root, size
+
+    @property
+    def path(self) -> Path:
+        root = Path(self.root)
+        if root.suffix == ".npz":
+            return root
+        return root / (f"{self.flag}.npz" if self.size == 28 else f"{self.flag}_{self.size}.npz")
+
+    def _load(self):
+        if self.source == "embedded":
+            rank_zero_info("[MedMNISTDataModule] source=embedded: scikit-learn digits in MedMNIST format")
+            data = embedded_medmnist()
+        else:
+            rank_zero_info(f"[MedMNISTDataModule] source=local: {self.path}")
+            data = read_medmnist(self.path)
+
+        def split(s):
+            x = torch.from_numpy(np.ascontiguousarray(data[f"{s}_images"]))
+            x = x.unsqueeze(1) if x.dim() == 3 else x.permute(0, 3, 1, 2)
+            return x.contiguous(), data[f"{s}_labels"].reshape(-1).astype(np.int64)
+
+        train, val, test = split("train"), split("val"), split("test")
+        c = train[0].shape[1]
+        return train, test, ((0.5,) * c, (0.5,) * c), val

@@ -1,0 +1,120 @@
+"""Long-tail splits, the embedded digits source, MedMNIST .npz files in their real layout, bad roots."""
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules.cifar_lt import CIFARLTDataModule, long_tail_counts, long_tail_indices, shot_groups
+from datamodules.medmnist import KEYS, MedMNISTDataModule
+from zoo.errors import ZooError
+
+
+def test_exponential_profile_matches_published_cifar10_lt_counts():
+    # CIFAR-10-LT at IR 100 as published with LDAM-DRW / used by SCoRe (12,406 training images)
+    counts = long_tail_counts(5000, 10, 100)
+    assert counts == [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]
+    assert sum(long_tail_counts(500, 100, 100)) == 10847  # CIFAR-100-LT at IR 100
+
+
+def test_step_profile_and_bad_profile():
+    assert long_tail_counts(100, 4, 10, "step") == [100, 100, 10, 10]
+    assert long_tail_counts(100, 4, 10, "step", step_classes=[0]) == [10, 100, 100, 100]
+    with pytest.raises(ZooError, match="profile 'zipf'"):
+        long_tail_counts(100, 4, 10, "zipf")
+
+
+def test_long_tail_indices_take_the_requested_counts():
+    labels = np.repeat(np.arange(3), 20)
+    idx = long_tail_indices(labels, [20, 7, 2], seed=1)
+    assert np.bincount(labels[idx]).tolist() == [20, 7, 2]
+    with pytest.raises(ZooError, match="class 2 has 20 images"):
+        long_tail_indices(labels, [1, 1, 21])
+
+
+def test_shot_groups():
+    assert shot_groups([500, 100, 50, 20, 19]) == {"many": [0], "medium": [1, 2, 3], "few": [4]}
+
+
+def test_embedded_cifar_lt_gives_two_view_batches():
+    dm = CIFARLTDataModule(source="embedded", imbalance_ratio=10, batch_size=16, num_workers=0, image_size=16,
+                           augment="light")
+    dm.setup("fit")
+    counts = dm.train_class_counts
+    assert counts == long_tail_counts(counts[0], 10, 10)  # exponential profile from the smallest pool
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (16, 2, 3, 16, 16) and x.dtype == torch.float32 and y.shape == (16,)
+    assert not torch.equal(x[:, 0], x[:, 1])  # two different augmentations
+    xe, ye = next(iter(dm.test_dataloader()))
+    assert xe.shape[1:] == (3, 16, 16)
+    assert np.bincount(dm.test_set.labels.numpy()).tolist() == [30] * 10  # balanced test split
+
+
+def test_cifar_root_without_files_is_an_error(tmp_path):
+    dm = CIFARLTDataModule(dataset="cifar100", source="local", root=str(tmp_path), num_workers=0)
+    with pytest.raises(ZooError, match="cifar100 not found under .*cifar-100-python"):
+        dm.setup("fit")
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    (tmp_path / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"junk")
+    with pytest.raises(ZooError, match="missing or corrupted"):
+        CIFARLTDataModule(dataset="cifar10", source="local", root=str(tmp_path), num_workers=0).setup("fit")
+
+
+def test_unknown_source_and_dataset():
+    with pytest.raises(ZooError, match="unknown source 'hub'"):
+        CIFARLTDataModule(source="hub")
+    with pytest.raises(ZooError, match="unknown dataset 'svhn'"):
+        CIFARLTDataModule(dataset="svhn")
+
+
+def _write_medmnist(path, rgb=False, drop=None, multilabel=False):
+    rng = np.random.default_rng(0)
+    data = {}
+    for split, n in (("train", 60), ("val", 12), ("test", 18)):
+        shape = (n, 28, 28, 3) if rgb else (n, 28, 28)
+        data[f"{split}_images"] = rng.integers(0, 256, shape, dtype=np.uint8)
+        labels = np.arange(n) % 3
+        data[f"{split}_labels"] = (rng.integers(0, 2, (n, 14)) if multilabel else labels.reshape(-1, 1)).astype(np.uint8)
+    if drop:
+        del data[drop]
+    np.savez_compressed(path, **data)
+    return data
+
+
+@pytest.mark.parametrize("rgb", [False, True])
+def test_medmnist_npz_in_real_layout(tmp_path, rgb):
+    data = _write_medmnist(tmp_path / "dermamnist.npz", rgb=rgb)
+    dm = MedMNISTDataModule(flag="dermamnist", root=str(tmp_path), batch_size=8, num_workers=0, augment="light")
+    dm.setup("fit")
+    c = 3 if rgb else 1
+    assert dm.num_classes == 3 and dm.train_class_counts == [20, 20, 20]
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (8, 2, c, 28, 28)
+    assert len(dm.val_set) == 12 and len(dm.test_set) == 18  # MedMNIST's own val split is used
+    xe, ye = dm.test_set[5]
+    img = torch.from_numpy(data["test_images"][5]).float() / 255
+    img = img.permute(2, 0, 1) if rgb else img.unsqueeze(0)
+    torch.testing.assert_close(xe, (img - 0.5) / 0.5)  # pixels read unchanged, normalised
+    assert ye.item() == data["test_labels"][5, 0]
+
+
+def test_medmnist_bad_files(tmp_path):
+    with pytest.raises(ZooError, match="organamnist.npz' not found"):
+        MedMNISTDataModule(root=str(tmp_path), num_workers=0).setup("fit")
+    _write_medmnist(tmp_path / "organamnist.npz", drop="val_labels")
+    with pytest.raises(ZooError, match=r"lacks keys \['val_labels'\]"):
+        MedMNISTDataModule(root=str(tmp_path), num_workers=0).setup("fit")
+    _write_medmnist(tmp_path / "chestmnist.npz", multilabel=True)
+    with pytest.raises(ZooError, match="multi-label"):
+        MedMNISTDataModule(flag="chestmnist", root=str(tmp_path), num_workers=0).setup("fit")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ZooError, match="cannot read MedMNIST file"):
+        MedMNISTDataModule(root=str(tmp_path / "junk.npz"), num_workers=0).setup("fit")
+
+
+def test_embedded_medmnist_has_the_real_keys():
+    from datamodules.medmnist import embedded_medmnist
+
+    d = embedded_medmnist()
+    assert set(d) == set(KEYS)
+    assert d["train_images"].dtype == np.uint8 and d["train_images"].shape[1:] == (28, 28)
+    assert d["train_labels"].shape[1] == 1

@@ -1,0 +1,79 @@
+"""SCoReModule: two-stage schedule, metrics, encoders, Hub round trip, bad input."""
+
+import lightning as L
+import pytest
+import torch
+
+from datamodules.cifar_lt import CIFARLTDataModule
+from zoo.errors import ZooError
+from zoo.score import SCoReModule
+from zoo.score.model import build_encoder
+from zoo.score.module import long_tail_metrics
+
+
+def _params(m):
+    return torch.cat([p.detach().flatten() for p in m.parameters()]).clone()
+
+
+def test_two_stage_trains_encoder_then_only_the_probe(tmp_path):
+    dm = CIFARLTDataModule(source="embedded", image_size=8, imbalance_ratio=10, batch_size=32, num_workers=0,
+                           augment="light", hflip=False)
+    model = SCoReModule(encoder="tiny_cnn", num_classes=10, proj_dim=16, objective="fl_cf", stage1_epochs=1,
+                        many_threshold=50, few_threshold=15)
+    snaps = [(_params(model.net.encoder), _params(model.net.classifier))]
+
+    class Snapshot(L.Callback):
+        def on_train_epoch_end(self, trainer, module):
+            snaps.append((_params(module.net.encoder), _params(module.net.classifier)))
+
+    trainer = L.Trainer(max_epochs=2, callbacks=[Snapshot()], accelerator="cpu", devices=1, limit_train_batches=2,
+                        limit_val_batches=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=str(tmp_path), num_sanity_val_steps=0)
+    trainer.fit(model, dm)
+    trainer.test(model, dm)
+    (enc0, cls0), (enc1, cls1), (enc2, cls2) = snaps
+    assert not torch.equal(enc0, enc1) and torch.equal(cls0, cls1)  # stage 1: classifier untouched
+    assert torch.equal(enc1, enc2) and not torch.equal(cls1, cls2)  # stage 2: frozen encoder, probe trains
+    logged = trainer.callback_metrics
+    assert {"test/acc", "test/acc_many", "test/acc_medium", "test/acc_few", "test/acc_class_9"} <= set(logged)
+    assert (tmp_path / "per_class_accuracy.csv").read_text().count("\n") == 11
+
+
+def test_long_tail_metrics_closed_form():
+    correct = torch.tensor([9, 5, 1, 0])
+    total = torch.tensor([10, 10, 5, 0])  # class 3 absent from the evaluation set
+    m = long_tail_metrics(correct, total, train_counts=[500, 50, 5, 3])
+    assert m["acc"] == pytest.approx(15 / 25)
+    assert m["acc_balanced"] == pytest.approx((0.9 + 0.5 + 0.2) / 3)
+    assert m["acc_many"] == pytest.approx(0.9) and m["acc_medium"] == pytest.approx(0.5)
+    assert m["acc_few"] == pytest.approx(0.2)  # the absent class does not count
+
+
+def test_cifar_resnet32_has_the_published_size():
+    net = build_encoder("resnet32_cifar")
+    assert sum(p.numel() for p in net.parameters()) == pytest.approx(0.46e6, rel=0.02)  # He et al. 2016, 0.46M
+    assert net(torch.randn(2, 3, 32, 32)).shape == (2, 64)
+
+
+def test_timm_resnet_with_cifar_stem():
+    net = build_encoder("resnet18", in_chans=1, cifar_stem=True)
+    assert net.conv1.kernel_size == (3, 3) and net.conv1.stride == (1, 1)
+    assert net(torch.randn(2, 1, 32, 32)).shape == (2, 512)
+    with pytest.raises(ZooError, match="unknown encoder 'resnet-18'"):
+        build_encoder("resnet-18")
+
+
+def test_hub_round_trip(tmp_path):
+    model = SCoReModule(encoder="tiny_cnn", num_classes=4, objective="gc_cf", lamda=0.5).eval()
+    model.save_pretrained(tmp_path)
+    again = SCoReModule.from_pretrained(tmp_path).eval()
+    x = torch.randn(3, 3, 8, 8)
+    torch.testing.assert_close(model.net(x), again.net(x))
+    assert again.hparams.objective == "gc_cf" and again.hparams.lamda == 0.5
+
+
+def test_bad_module_arguments():
+    with pytest.raises(ZooError, match="unknown SCoRe objective 'facility'"):
+        SCoReModule(encoder="tiny_cnn", objective="facility")
+    with pytest.raises(ZooError, match="set training: joint"):
+        SCoReModule(encoder="tiny_cnn", objective="ce", training="two_stage")
