@@ -81,6 +81,10 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sampl
         enc = tokenizer(prompts, return_tensors="pt", padding=True)
     finally:
         tokenizer.padding_side = side
+    eos = tokenizer.eos_token_id
+    if eos is not None and enc["input_ids"].shape[1] > 1 and bool((enc["input_ids"][:, -1] == eos).all()):
+        # tokenizers that append EOS to every text (ByT5) would tell a decoder-only LM the prompt is over
+        enc = {k: v[:, :-1] for k, v in enc.items()}
     device = next(model.parameters()).device
     enc = {k: v.to(device) for k, v in enc.items()}
     gen_kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=do_sample,

@@ -1,0 +1,206 @@
+"""IMLModule: causal-LM fine-tuning (or training from scratch) on the IML documents.
+
+The paper fine-tunes Pythia with the HF Trainer: loss on the full text (no prompt masking), block size 48,
+Adafactor at the Trainer's default learning rate 5e-5 with linear decay, no warm-up, no weight decay. Stage 2
+starts from the stage-1 weights (`init_from`). Answers are scored by `callbacks.iml_tagging.IMLTagging`, which
+uses this module's `model` and `tokenizer`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import lightning.pytorch as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+
+from zoo.errors import ZooError
+from zoo.hub import WEIGHTS, HubMixin, load_state_dict_file
+from zoo.lm import build_causal_lm, load_tokenizer
+
+TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "intermediate_size": 256, "max_position_embeddings": 128, "rotary_pct": 0.25}
+
+
+def resolve_init_path(init_from: str) -> Path:
+    """A checkpoint file, a HubMixin directory (model.safetensors) or a run directory (checkpoints/last.ckpt).
+    A glob picks the newest match, e.g. ``runs/iml_cvdb_stage1/*/checkpoints/last.ckpt``."""
+    path = init_from
+    if any(c in path for c in "*?["):
+        matches = sorted(glob.glob(path), key=os.path.getmtime)
+        if not matches:
+            raise ZooError(f"init_from {init_from!r} matches nothing; run stage 1 first")
+        path = matches[-1]
+    p = Path(path)
+    if p.is_dir():
+        for cand in (p / WEIGHTS, p / "checkpoints" / "last.ckpt"):
+            if cand.is_file():
+                return cand
+        raise ZooError(f"init_from {init_from!r} holds neither {WEIGHTS} nor checkpoints/last.ckpt")
+    if not p.is_file():
+        raise ZooError(f"init_from {init_from!r} does not exist; run stage 1 first or fix the path")
+    return p
+
+
+def load_init_state(init_from: str) -> dict[str, torch.Tensor]:
+    p = resolve_init_path(init_from)
+    if p.suffix == ".safetensors":
+        return load_state_dict_file(p)
+    try:
+        # our own local Lightning checkpoint (never a Hub download): weights only, no arbitrary unpickling
+        ckpt = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a plain checkpoint"
+        raise ZooError(f"init_from {str(p)!r} is not a readable Lightning checkpoint ({type(e).__name__})") from e
+    if "state_dict" not in ckpt:
+        raise ZooError(f"init_from {str(p)!r} has no state_dict")
+    return ckpt["state_dict"]
+
+
+def appends_eos(tokenizer) -> bool:
+    ids = tokenizer("a")["input_ids"]
+    return bool(ids) and ids[-1] == tokenizer.eos_token_id
+
+
+def without_auto_eos(tokenizer):
+    """ByT5's tokenizer ends every text with EOS, so a prompt "Q: ...\nA:" would end in EOS and a decoder-only
+    LM would answer after an end-of-document token. Turn that off on this instance; EOS is then appended
+    explicitly to training documents only (encode_for_lm)."""
+    if appends_eos(tokenizer):
+        tokenizer.build_inputs_with_special_tokens = lambda ids0, ids1=None: list(ids0) + list(ids1 or [])
+    return tokenizer
+
+
+def encode_for_lm(tokenizer, texts: list[str], block_size: int) -> dict[str, torch.Tensor]:
+    """Full-text LM targets (no prompt masking, as in the paper); each document ends in EOS so greedy answers
+    learn to stop; right padding is masked (the official code pads with EOS and trains on the padding too).
+    EOS is appended as an id: as a "</s>" string some tokenizers strip the newline before it."""
+    add_eos = not appends_eos(tokenizer) and tokenizer.eos_token_id is not None
+    rows = []
+    for ids in tokenizer(list(texts))["input_ids"]:
+        ids = list(ids) + ([tokenizer.eos_token_id] if add_eos else [])
+        rows.append(ids[:block_size])
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        attention_mask[i, :len(r)] = 1
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+class IMLModule(HubMixin, L.LightningModule):
+    def __init__(
+        self,
+        model: Union[str, dict[str, Any]] = TINY_GPT_NEOX,
+        tokenizer: str = "byt5",
+        block_size: int = 48,
+        lr: float = 5e-5,
+        optimizer: Literal["adafactor", "adamw"] = "adafactor",
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        lr_schedule: Literal["linear", "constant"] = "linear",
+        torch_dtype: Optional[str] = None,
+        init_from: Optional[str] = None,
+    ):
+        """
+        Args:
+            model: HF causal LM name/path (pretrained, e.g. "EleutherAI/pythia-2.8b-deduped") or a config dict
+                (random init, e.g. a tiny GPT-NeoX); `vocab_size` and special token ids default to the tokenizer's.
+            tokenizer: HF tokenizer name/path, or "byt5" (file-free bytes).
+            block_size: tokens per training document, truncated beyond (paper: 48 Pythia tokens).
+            lr / optimizer / weight_decay / warmup_steps / lr_schedule: HF Trainer defaults of the paper
+                (Adafactor without relative step, 5e-5, linear decay to 0).
+            init_from: stage-1 weights for stage 2: a .ckpt, a HubMixin directory, or a run directory (glob
+                allowed: newest match). Loaded when fitting starts; resuming with --ckpt_path overrides it.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        self.tokenizer = without_auto_eos(load_tokenizer(tokenizer))
+        if isinstance(model, dict):
+            cfg = dict(model)
+            cfg.setdefault("vocab_size", len(self.tokenizer))
+            for k in ("pad_token_id", "eos_token_id", "bos_token_id"):
+                tok_id = getattr(self.tokenizer, k)
+                if tok_id is not None:
+                    cfg.setdefault(k, tok_id)
+            if cfg["vocab_size"] < len(self.tokenizer):
+                raise ZooError(f"model vocab_size {cfg['vocab_size']} < tokenizer size {len(self.tokenizer)}")
+            model = cfg
+        self.model = build_causal_lm(model, torch_dtype=torch_dtype)
+
+    # ------------------------------------------------------------------ data -> tensors
+
+    def encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device) for k, v in encode_for_lm(self.tokenizer, texts, self.hparams.block_size).items()}
+
+    def lm_loss(self, texts: list[str]) -> torch.Tensor:
+        return self.model(**self.encode(texts)).loss
+
+    # ------------------------------------------------------------------ Lightning
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.hparams.init_from:
+            state = load_init_state(self.hparams.init_from)
+            self.prepare_state_dict_load(state)
+            own = self.state_dict()
+            missing = [k for k in own if k not in state]
+            unexpected = [k for k in state if k not in own]
+            reshaped = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+            if missing or unexpected or reshaped:
+                raise ZooError(f"init_from {self.hparams.init_from!r} does not fit this model: {len(missing)} "
+                               f"missing, {len(unexpected)} unexpected, {len(reshaped)} differently shaped weights "
+                               f"(e.g. {(reshaped or missing or unexpected)[0]})")
+            self.load_state_dict(state)
+            rank_zero_info(f"IMLModule: initialised from {resolve_init_path(self.hparams.init_from)}")
+
+    def training_step(self, batch, batch_idx):
+        loss = self.lm_loss(batch["text"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["text"]))
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        loss = self.lm_loss(batch["text"])
+        self.log("val/loss", loss, batch_size=len(batch["text"]))
+        return loss
+
+    def test_step(self, batch, batch_idx):
+        loss = self.lm_loss(batch["text"])
+        self.log("test/loss", loss, batch_size=len(batch["text"]))
+        return loss
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        params = [p for p in self.parameters() if p.requires_grad]
+        if hp.optimizer == "adafactor":
+            from transformers.optimization import Adafactor
+
+            # what HF Trainer's optim="adafactor" builds: external lr, no parameter scaling / relative step
+            opt = Adafactor(params, lr=hp.lr, scale_parameter=False, relative_step=False,
+                            weight_decay=hp.weight_decay)
+        elif hp.optimizer == "adamw":
+            opt = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
+        else:
+            raise ZooError(f"unknown optimizer {hp.optimizer!r}; use 'adafactor' or 'adamw'")
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warm = hp.warmup_steps
+
+        def factor(step: int) -> float:
+            if warm and step < warm:
+                return (step + 1) / warm
+            if hp.lr_schedule == "constant":
+                return 1.0
+            return max(0.0, (total - step) / max(1, total - warm))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def card_metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"tags": ["implicit-meta-learning", "causal-lm"], "pipeline_tag": "text-generation"}
+        if isinstance(self.hparams.model, str):
+            meta["base_model"] = self.hparams.model
+        return meta
