@@ -62,6 +62,20 @@ def _one_line(exc: BaseException) -> str:
     return head + (": " + "; ".join(tail[:2]) if tail else "")
 
 
+def _user_error(exc: BaseException, zoo_error: type) -> BaseException | None:
+    """The user-facing error in an exception chain: a ZooError anywhere in it (jsonargparse and Lightning
+    wrap exceptions raised in __init__ or hooks), else a parse error or a missing file/module."""
+    seen, e = set(), exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, zoo_error):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    if isinstance(exc, (argparse.ArgumentError, FileNotFoundError, ImportError)):
+        return exc
+    return None
+
+
 def _run_trainer(argv: list[str] | None) -> int:
     from zoo.trainer import ZooCLI
 
@@ -102,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         if verb in TRAINER_VERBS:
             return _run_trainer(None if from_sys else argv)
         return _run_function(argv)
-    except (ZooError, argparse.ArgumentError, FileNotFoundError, ImportError) as e:
-        if debug:
+    except Exception as e:  # noqa: BLE001 - user errors become one line; anything else keeps its traceback
+        cause = _user_error(e, ZooError)
+        if debug or cause is None:
             raise
-        print(f"zoo: error: {_one_line(e)}", file=sys.stderr)
+        print(f"zoo: error: {_one_line(cause)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("zoo: interrupted", file=sys.stderr)

@@ -42,8 +42,14 @@ class LastCheckpoint(ModelCheckpoint):
     """`last.ckpt` every epoch or N steps, and once more when training ends, so it always holds the final
     weights (a step-based checkpoint alone would stop at the last multiple of N)."""
 
+    def _save_topk_checkpoint(self, trainer, monitor_candidates) -> None:
+        # No top-k files from this callback, but Lightning writes `last` only after a top-k save in the same
+        # step: mark the step as saved so last.ckpt follows every trigger.
+        self._last_global_step_saved = trainer.global_step
+
     def on_train_end(self, trainer, pl_module) -> None:
-        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        if self._last_global_step_saved != trainer.global_step or not self.last_model_path:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
 def wandb_mode(requested: str) -> str:

@@ -83,6 +83,7 @@ def test_seed_is_recorded_when_random(in_tmp, toy_config):
         (["--model.init_args.hidden", "abc"], '"hidden"'),
         (["--model.class_path", "zoo_toy.Nope"], "Nope"),
         (["--data.init_args.path", "/no/such/dir"], "/no/such/dir"),
+        (["--model.init_args.hidden", "0"], "hidden must be positive"),  # raised inside __init__
     ],
 )
 def test_bad_input_is_one_line_error(in_tmp, toy_config, capsys, extra, needle):

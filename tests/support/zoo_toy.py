@@ -17,6 +17,8 @@ class ToyRegressor(HubMixin, pl.LightningModule):
 
     def __init__(self, hidden: int = 16, lr: float = 0.05, nan_at_step: int = -1, sleep: float = 0.0):
         super().__init__()
+        if hidden <= 0:
+            raise ZooError(f"hidden must be positive, got {hidden}")
         self.save_hyperparameters()
         self.net = nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, 1))
 
