@@ -119,7 +119,7 @@ PAPERS: dict[str, Paper] = {
             "To Each (Textual Sequence) Its Own: Improving Memorized-Data Unlearning in Large Language Models",
             _arxiv("2405.03097"),
             "none",
-            status="in progress",
+            status="implemented",
             modules=("zoo.unlearning.UnlearningModule",),
             datamodules=("datamodules.memorization.MemorizationDataModule",),
             callbacks=("callbacks.unlearning_metrics.UnlearningMetrics",),

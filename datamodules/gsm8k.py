@@ -1,0 +1,288 @@
+"""GSM8K: grade-school math word problems with step-by-step answers ending in `#### N`.
+
+Sources (explicit, logged, never a silent fallback):
+* ``hub``: `datasets.load_dataset("openai/gsm8k", "main")` (7,473 train / 1,319 test).
+* ``local``: a directory with `train.jsonl`/`test.jsonl` (the openai/grade-school-math files) or
+  `train*.parquet`/`test*.parquet` (the Hub's `main/` folder).
+* ``embedded``: a seeded generator of GSM8K-format problems (questions with numbers, answers with
+  `<<a*b=c>>` calculator annotations and a final `#### N`), for smoke runs and tests.
+
+Training (official RoSA recipe, llm-foundry `tasks.py`): prompt = the question, response = the raw answer
+(calculator annotations and `#### N` included), concatenated with no separator; prompt tokens get label -100.
+Evaluation (lm-eval-harness `gsm8k.py` at 2c18e367, 0-shot): context ``"Question: {q}\\nAnswer:"``, greedy
+decoding until one of ``[":", "Question:", "Question"]``, answer = first match of ``#### (\\-?[0-9\\.\\,]+)``
+with commas removed, exact string match with the reference's answer.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Literal, Optional
+
+import lightning.pytorch as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader
+from torchmetrics import Metric
+
+from zoo.errors import ZooError
+
+HUB_DATASET = ("openai/gsm8k", "main")
+EVAL_TEMPLATE = "Question: {question}\nAnswer:"
+STOP_STRINGS = (":", "Question:", "Question")
+ANS_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
+INVALID = "[invalid]"
+
+
+# --- the evaluation protocol --------------------------------------------------------------------------------
+
+def extract_answer(text: str) -> str:
+    """The harness's `extract_answer`: first `#### N`, stripped, commas removed; `[invalid]` when absent."""
+    m = ANS_RE.search(text)
+    if not m:
+        return INVALID
+    return m.group(1).strip().replace(",", "")
+
+
+def is_correct(completion: str, reference_answer: str) -> bool:
+    gold = extract_answer(reference_answer)
+    if gold == INVALID:
+        raise ZooError(f"reference answer has no '#### N' line: {reference_answer[-60:]!r}")
+    return extract_answer(completion) == gold
+
+
+class GSM8KExactMatch(Metric):
+    """Exact match of the extracted `#### N` answers (lm-eval-harness gsm8k `acc`), summed across processes."""
+
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.add_state("correct", default=torch.tensor(0), dist_reduce_fx="sum")
+        self.add_state("total", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, completions: list[str], references: list[str]) -> None:
+        if len(completions) != len(references):
+            raise ZooError(f"{len(completions)} completions for {len(references)} references")
+        self.correct += sum(is_correct(c, r) for c, r in zip(completions, references))
+        self.total += len(references)
+
+    def compute(self) -> torch.Tensor:
+        return self.correct.float() / self.total.clamp(min=1)
+
+
+# --- the embedded source ------------------------------------------------------------------------------------
+
+_NAMES = ["Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Ken", "Alexis", "Tina", "Mark", "Lisa", "Omar"]
+_ITEMS = ["apples", "pencils", "stickers", "cookies", "marbles", "books", "cupcakes", "stamps"]
+
+
+def _problem(rng: random.Random) -> dict[str, str]:
+    """One GSM8K-format problem; every arithmetic step carries a `<<expr=value>>` annotation."""
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    kind = rng.randrange(4)
+    if kind == 0:
+        a, b, c = rng.randint(2, 9), rng.randint(2, 12), rng.randint(1, 10)
+        n, left = a * b, a * b - c
+        q = f"{name} has {a} boxes with {b} {item} in each box. {name} gives away {c} {item}. How many {item} are left?"
+        ans = (f"{name} has {a}*{b}=<<{a}*{b}={n}>>{n} {item}.\n"
+               f"After giving away {c}, {n}-{c}=<<{n}-{c}={left}>>{left} {item} are left.\n#### {left}")
+    elif kind == 1:
+        p, n = rng.randint(2, 20), rng.randint(2, 9)
+        total, half = p * n, p * n * 2
+        q = (f"{name} sells {item} for ${p} each. On Monday {name} sells {n} {item}, and on Tuesday twice as many. "
+             f"How much money does {name} make in the two days?")
+        ans = (f"On Monday {name} makes {p}*{n}=$<<{p}*{n}={total}>>{total}.\n"
+               f"On Tuesday {name} makes {total}*2=$<<{total}*2={half}>>{half}.\n"
+               f"Altogether {total}+{half}=$<<{total}+{half}={total + half}>>{total + half}.\n#### {total + half}")
+    elif kind == 2:
+        k, m = rng.randint(2, 6), rng.randint(3, 15)
+        n = k * m
+        q = f"{name} shares {n} {item} equally among {k} friends. How many {item} does each friend get?"
+        ans = f"Each friend gets {n}/{k}=<<{n}/{k}={m}>>{m} {item}.\n#### {m}"
+    else:
+        a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(1, 9)
+        s = a + b
+        q = (f"{name} collected {a} {item} in the morning and {b} in the afternoon, then lost {c} of them. "
+             f"How many {item} does {name} have now?")
+        ans = (f"{name} collected {a}+{b}=<<{a}+{b}={s}>>{s} {item}.\n"
+               f"After losing {c}, {name} has {s}-{c}=<<{s}-{c}={s - c}>>{s - c} {item}.\n#### {s - c}")
+    return {"question": q, "answer": ans}
+
+
+def embedded_gsm8k(n: int, seed: int) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    return [_problem(rng) for _ in range(n)]
+
+
+# --- reading the real data ----------------------------------------------------------------------------------
+
+def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
+    jsonl = directory / f"{split}.jsonl"
+    if jsonl.is_file():
+        with jsonl.open() as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    else:
+        parquet = sorted(directory.glob(f"{split}*.parquet")) or sorted(directory.glob(f"main/{split}*.parquet"))
+        if not parquet:
+            raise ZooError(f"GSM8K {split} split not found in {directory} (expected {split}.jsonl or "
+                           f"{split}-*.parquet); get it from github.com/openai/grade-school-math "
+                           f"(grade_school_math/data) or use source: hub")
+        import pandas as pd
+
+        rows = pd.concat([pd.read_parquet(p) for p in parquet]).to_dict("records")
+    for i, r in enumerate(rows[:1]):
+        if "question" not in r or "answer" not in r:
+            raise ZooError(f"GSM8K {split} rows in {directory} need fields 'question' and 'answer', got {sorted(r)}")
+    return [{"question": r["question"], "answer": r["answer"]} for r in rows]
+
+
+def load_gsm8k(source: str, path: Optional[str] = None, embedded_size: int = 256,
+               seed: int = 0) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(train, test) rows with fields question/answer."""
+    if source == "local":
+        if not path:
+            raise ZooError("GSM8K source 'local' needs `path` (a directory with train.jsonl and test.jsonl)")
+        directory = Path(path).expanduser()
+        if not directory.is_dir():
+            raise ZooError(f"GSM8K directory {str(directory)!r} does not exist; download train.jsonl/test.jsonl "
+                           f"from github.com/openai/grade-school-math or use source: hub")
+        return _read_split(directory, "train"), _read_split(directory, "test")
+    if source == "hub":
+        try:
+            from datasets import load_dataset
+
+            ds = load_dataset(*HUB_DATASET)
+        except Exception as e:  # noqa: BLE001 - datasets raises many types (offline, connection, not found)
+            raise ZooError(f"cannot load {'/'.join(HUB_DATASET)} from the Hub ({type(e).__name__}); "
+                           f"run once online or use source: local with train/test.jsonl") from e
+        return tuple([{"question": r["question"], "answer": r["answer"]} for r in ds[s]] for s in ("train", "test"))
+    if source == "embedded":
+        return embedded_gsm8k(embedded_size, seed), embedded_gsm8k(max(embedded_size // 4, 8), seed + 1)
+    raise ZooError(f"unknown GSM8K source {source!r}; use 'hub', 'local' or 'embedded'")
+
+
+# --- tokenisation -------------------------------------------------------------------------------------------
+
+def tokenize_example(tokenizer, prompt: str, response: str, max_length: int) -> dict[str, list[int]]:
+    """prompt ids (with BOS if the tokenizer has one) + response ids + EOS; labels -100 on the prompt.
+
+    Over `max_length`, the prompt loses tokens from its left (down to half the budget) and then the response
+    from its right, so every example keeps supervised tokens (an all -100 row would give a NaN loss).
+    """
+    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    r = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    if len(bos) + len(p) + len(r) > max_length:
+        keep = max(max_length - len(bos) - len(r), max_length // 2 - len(bos), 0)
+        p = p[len(p) - keep:] if keep < len(p) else p
+    p = bos + p
+    ids = (p + r)[:max_length]
+    labels = ([-100] * len(p) + r)[:max_length]
+    return {"input_ids": ids, "labels": labels}
+
+
+class _TrainCollate:
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, rows: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+        n = max(len(r["input_ids"]) for r in rows)
+        ids = torch.full((len(rows), n), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), n), -100, dtype=torch.long)
+        attn = torch.zeros((len(rows), n), dtype=torch.long)
+        for i, r in enumerate(rows):
+            k = len(r["input_ids"])
+            ids[i, :k], labels[i, :k], attn[i, :k] = torch.tensor(r["input_ids"]), torch.tensor(r["labels"]), 1
+        return {"input_ids": ids, "attention_mask": attn, "labels": labels}
+
+
+def _eval_collate(rows: list[dict[str, str]]) -> dict[str, list[str]]:
+    return {k: [r[k] for r in rows] for k in ("prompt", "question", "answer")}
+
+
+class GSM8KDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        source: Literal["hub", "local", "embedded"] = "hub",
+        path: Optional[str] = None,
+        tokenizer: str = "meta-llama/Llama-2-7b-hf",
+        max_length: int = 512,
+        batch_size: int = 1,
+        eval_batch_size: int = 8,
+        train_template: str = "{question}",
+        eval_template: str = EVAL_TEMPLATE,
+        num_train: Optional[int] = None,
+        num_val: int = 0,
+        num_test: Optional[int] = None,
+        embedded_size: int = 256,
+        seed: int = 0,
+        num_workers: int = 0,
+    ):
+        """
+        Args:
+            source: "hub" (openai/gsm8k, main), "local" (directory with train/test .jsonl or .parquet) or
+                "embedded" (seeded generator with the same schema).
+            path: the directory for source "local".
+            tokenizer: the base model's tokenizer ("byt5" = file-free byte tokenizer for smoke runs).
+            max_length: training sequence length in tokens (paper: 512); longer examples are cut.
+            batch_size: training micro-batch (paper: 1, with 32 accumulated micro-batches per step).
+            eval_batch_size: prompts per generation batch.
+            train_template: training prompt; the official recipe uses the bare question ("{question}") and
+                appends the answer with no separator.
+            eval_template: 0-shot evaluation context (lm-eval-harness gsm8k).
+            num_train: use only the first N training rows (default: all).
+            num_val: hold out the last N training rows as a validation set evaluated by generation (0: none;
+                the paper trains on all 7,473 rows and reports the test split).
+            num_test: evaluate only the first N test rows (default: all 1,319).
+            embedded_size: number of generated training problems for source "embedded".
+            seed: seed of the embedded generator.
+            num_workers: DataLoader workers.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        if source not in ("hub", "local", "embedded"):
+            raise ZooError(f"unknown GSM8K source {source!r}; use 'hub', 'local' or 'embedded'")
+        self.tokenizer = None
+        self.train_rows: list[dict] = []
+        self.val_rows: list[dict] = []
+        self.test_rows: list[dict] = []
+
+    def _eval_rows(self, rows: list[dict[str, str]]) -> list[dict[str, str]]:
+        t = self.hparams.eval_template
+        return [{"prompt": t.format(question=r["question"]), **r} for r in rows]
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.tokenizer is not None:
+            return
+        from zoo.lm import load_tokenizer
+
+        hp = self.hparams
+        rank_zero_info(f"GSM8K source: {hp.source}" + (f" ({hp.path})" if hp.source == "local" else ""))
+        train, test = load_gsm8k(hp.source, hp.path, hp.embedded_size, hp.seed)
+        train = list(train)[: hp.num_train] if hp.num_train else list(train)
+        if hp.num_val:
+            if hp.num_val >= len(train):
+                raise ZooError(f"num_val={hp.num_val} leaves no training rows (train has {len(train)})")
+            train, val = train[: -hp.num_val], train[-hp.num_val:]
+        else:
+            val = []
+        test = list(test)[: hp.num_test] if hp.num_test else list(test)
+        self.tokenizer = load_tokenizer(hp.tokenizer)
+        self.train_rows = [tokenize_example(self.tokenizer, hp.train_template.format(question=r["question"]),
+                                            r["answer"], hp.max_length) for r in train]
+        self.val_rows, self.test_rows = self._eval_rows(val), self._eval_rows(test)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_rows, batch_size=self.hparams.batch_size, shuffle=True,
+                          collate_fn=_TrainCollate(self.tokenizer.pad_token_id), num_workers=self.hparams.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_rows, batch_size=self.hparams.eval_batch_size, collate_fn=_eval_collate)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.test_rows, batch_size=self.hparams.eval_batch_size, collate_fn=_eval_collate)

@@ -1,0 +1,30 @@
+"""Shared fixtures for the RoSA tests: a tiny Llama config and token batches (the root conftest already
+pins torch to one thread)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 384, "max_position_embeddings": 256}
+
+
+@pytest.fixture
+def tiny_llama() -> dict:
+    return dict(TINY_LLAMA)
+
+
+@pytest.fixture
+def token_batches():
+    """A few micro-batches of random byte tokens (input_ids, attention_mask, labels)."""
+
+    def make(n: int, batch: int = 2, seq: int = 12, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for _ in range(n):
+            ids = torch.randint(3, 384, (batch, seq), generator=g)
+            out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()})
+        return out
+
+    return make

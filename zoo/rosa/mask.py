@@ -1,0 +1,223 @@
+"""Where the adapters go and where the sparse support comes from.
+
+* `apply_rosa` wraps the target `nn.Linear`s of a model in `RoSALinear` (PEFT's target matching rules).
+* `FisherCollector` + `fisher_mask` implement the official "grad-acc" mask (peft-rosa `hooks.py`,
+  `scheduler.py`): for every target layer, hooks record the full-weight gradient G = dOᵀX of each
+  micro-batch; the score is the running mean of G² (empirical diagonal Fisher, option `mean_squared`, the
+  default) or of G (`mean`, scored by |Ḡ|); the mask keeps the top int(d·numel) entries *per layer*.
+* `save_mask` / `load_mask`: the mask as a safetensors file of flat row-major indices per layer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from zoo.errors import ZooError
+from zoo.rosa.layer import RoSALinear
+
+ALL_LINEAR = "all-linear"
+
+
+def find_targets(model: nn.Module, target_modules: str | Iterable[str]) -> list[str]:
+    """Names of the `nn.Linear` modules to adapt, in `named_modules` order (the order PEFT uses).
+
+    `"all-linear"`: every linear layer except the output head (PEFT's rule). A list: a module matches a
+    target when its name equals it or ends with `"." + target` (PEFT's rule); every target must match.
+    """
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n]
+    if target_modules == ALL_LINEAR:
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        names = [n for n in linears if model.get_submodule(n) is not head]
+        if not names:
+            raise ZooError("target_modules='all-linear' matched no linear layer in the model")
+        return names
+    targets = [target_modules] if isinstance(target_modules, str) else list(target_modules)
+    if not targets:
+        raise ZooError("target_modules is empty; use 'all-linear' or a list of module names")
+    matched = [n for n in linears if any(n == t or n.endswith("." + t) for t in targets)]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in linears)]
+    if missing:
+        example = sorted({n.rsplit(".", 1)[-1] for n in linears})
+        raise ZooError(f"target module(s) {missing} match no linear layer of the model (linear layers: {example})")
+    return matched
+
+
+def apply_rosa(model: nn.Module, target_modules: str | Iterable[str] = ALL_LINEAR, r: int = 16,
+               lora_alpha: float = 16.0, lora_dropout: float = 0.0, density: float = 0.0, quantize: str | None = None,
+               adapter_dtype: torch.dtype = torch.float32) -> dict[str, RoSALinear]:
+    """Replace each target linear by a `RoSALinear` (empty support); freeze everything else.
+
+    `quantize="nf4"` first stores the target weights in NF4 with double quantisation (QRoSA).
+    """
+    if r < 0:
+        raise ZooError(f"LoRA rank r must be >= 0, got {r}")
+    check_density(density)
+    names = find_targets(model, target_modules)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    layers = {}
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        base = getattr(parent, child)
+        if quantize == "nf4":
+            from zoo.rosa.quant import NF4Linear
+
+            base = NF4Linear.from_linear(base)
+        elif quantize is not None:
+            raise ZooError(f"unknown quantize={quantize!r}; use null or 'nf4'")
+        layer = RoSALinear(base, r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, density=density,
+                           adapter_dtype=adapter_dtype)
+        setattr(parent, child, layer)
+        layers[name] = layer
+    return layers
+
+
+def rosa_layers(model: nn.Module) -> dict[str, RoSALinear]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, RoSALinear)}
+
+
+class FisherCollector:
+    """Accumulates, per target layer, the micro-batch gradient G = dOᵀX of its frozen weight.
+
+    Use as a context manager around forward/backward passes and call `end_microbatch()` after each
+    micro-batch's backward. G is formed from the layer input X (forward hook) and the output gradient dO
+    (tensor hook), so the frozen (even NF4) weight needs no `.grad`; gradients of the trainable adapters
+    are unaffected. The input embeddings are made to require grad so the hooks fire even with r = 0.
+    """
+
+    def __init__(self, model: nn.Module, layers: dict[str, RoSALinear],
+                 mode: Literal["mean_squared", "mean"] = "mean_squared"):
+        if mode not in ("mean_squared", "mean"):
+            raise ZooError(f"unknown Fisher mode {mode!r}; use 'mean_squared' or 'mean'")
+        self.model, self.layers, self.mode = model, layers, mode
+        self.current: dict[str, torch.Tensor] = {}
+        self.calls: dict[str, int] = {}
+        self.total: dict[str, torch.Tensor] = {}
+        self.count = 0
+        self._handles: list = []
+
+    def _forward_hook(self, name: str):
+        def hook(module, inputs, output):
+            if not torch.is_grad_enabled() or not output.requires_grad:
+                return
+            x = inputs[0].detach()
+            self.calls[name] = self.calls.get(name, 0) + 1
+
+            def grad_hook(grad_out):
+                acc = torch.float64 if grad_out.dtype == torch.float64 else torch.float32  # fp32 for bf16 runs
+                go = grad_out.reshape(-1, grad_out.shape[-1]).to(acc)
+                g = go.t() @ x.reshape(-1, x.shape[-1]).to(acc)  # dL/dW of this call: (out, in)
+                if self.calls[name] == 1:  # the usual case: fold at once, no second out×in buffer per layer
+                    self._fold(name, g)
+                elif name in self.current:  # a layer called twice per micro-batch: sum G before squaring
+                    self.current[name] += g
+                else:
+                    self.current[name] = g
+
+            output.register_hook(grad_hook)
+
+        return hook
+
+    def _fold(self, name: str, g: torch.Tensor) -> None:
+        g = g * g if self.mode == "mean_squared" else g
+        if name in self.total:
+            self.total[name] += g
+        else:
+            self.total[name] = g
+
+    def __enter__(self) -> FisherCollector:
+        for name, layer in self.layers.items():
+            self._handles.append(layer.register_forward_hook(self._forward_hook(name)))
+        emb = self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") else None
+        if emb is not None:
+            self._handles.append(emb.register_forward_hook(lambda m, i, o: o.requires_grad_(True)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def end_microbatch(self) -> None:
+        """Fold this micro-batch's G into the running sum (G² for the empirical Fisher)."""
+        for name, g in self.current.items():
+            self._fold(name, g)
+        self.current, self.calls = {}, {}
+        self.count += 1
+
+    def scores(self) -> dict[str, torch.Tensor]:
+        """Per layer: mean over micro-batches of G² (or |mean of G|)."""
+        if self.count == 0:
+            raise ZooError("no gradients were collected for the RoSA mask (empty training data?)")
+        out = {}
+        for name in self.layers:
+            layer = self.layers[name]
+            if name not in self.total:  # layer never reached by the loss: score 0 everywhere
+                self.total[name] = torch.zeros(layer.out_features, layer.in_features)
+            s = self.total[name] / self.count
+            out[name] = s.abs() if self.mode == "mean" else s
+        return out
+
+
+def topk_mask(score: torch.Tensor, density: float) -> torch.Tensor:
+    """Flat row-major indices of the int(d·numel) largest scores: exactly that many, sorted."""
+    k = int(density * score.numel())
+    idx = torch.topk(score.flatten().float(), k, sorted=False).indices if k else score.new_zeros(0, dtype=torch.long)
+    return torch.sort(idx).values
+
+
+def fisher_mask(scores: dict[str, torch.Tensor], density: float) -> dict[str, torch.Tensor]:
+    """Per-layer (local) top-k of the Fisher scores, k = int(density · numel) (official `grad-acc` masks)."""
+    check_density(density)
+    return {name: topk_mask(s, density) for name, s in scores.items()}
+
+
+def check_density(density: float) -> None:
+    if not 0.0 <= density < 1.0:
+        raise ZooError(f"density must lie in (0, 1), or be 0 for LoRA only; got {density}")
+
+
+def save_mask(path: str | Path, masks: dict[str, torch.Tensor], density: float) -> Path:
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {n: m.to(torch.int64).contiguous().cpu() for n, m in masks.items()}
+    save_file(tensors, str(path), metadata={"density": json.dumps(density), "format": "rosa-mask-v1"})
+    return path
+
+
+def load_mask(path: str | Path, layers: dict[str, RoSALinear]) -> dict[str, torch.Tensor]:
+    """Read a mask file and check that it fits `layers` (same layer names, indices inside each weight)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise ZooError(f"RoSA mask file {str(path)!r} not found")
+    try:
+        masks = load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise ZooError(f"RoSA mask file {str(path)!r} is not a safetensors mask ({e})") from e
+    missing = sorted(set(layers) - set(masks))
+    extra = sorted(set(masks) - set(layers))
+    if missing or extra:
+        raise ZooError(f"RoSA mask file {str(path)!r} does not fit the model: layers missing from the mask "
+                       f"{missing[:3]}{'...' if len(missing) > 3 else ''}, unknown layers in the mask "
+                       f"{extra[:3]}{'...' if len(extra) > 3 else ''}")
+    for name, idx in masks.items():
+        numel = layers[name].in_features * layers[name].out_features
+        if idx.numel() != layers[name].nnz:
+            raise ZooError(f"RoSA mask file {str(path)!r} does not fit the model: {name!r} has {idx.numel()} "
+                           f"entries, the model expects {layers[name].nnz} (density {layers[name].density})")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= numel):
+            raise ZooError(f"RoSA mask file {str(path)!r} does not fit the model: indices of {name!r} exceed "
+                           f"its {layers[name].out_features}x{layers[name].in_features} weight")
+    return masks

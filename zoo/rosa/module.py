@@ -1,0 +1,361 @@
+"""LightningModules: RoSA / QRoSA (`RoSAModule`) and the PEFT LoRA baseline (`LoRABaselineModule`) on a causal LM.
+
+Both train with the official GSM8K recipe (AdamW, β = (0.9, 0.999), no weight decay, linear warm-up for 20
+optimizer steps then linear decay to 0, global batch 32 as micro-batch 1 × 32 accumulated) and evaluate with
+the lm-eval-harness protocol (0-shot, greedy, stop strings, `#### N` exact match; `datamodules.gsm8k`).
+
+Checkpoints and Hub weights. The sparse support is data-dependent but its size is not (exactly int(d·numel)
+per layer), so `sparse_index` (buffer), `sparse_ready` (buffer) and `sparse_values` (parameter) are allocated
+at construction and simply loaded; `prepare_state_dict_load` (also run from `on_load_checkpoint`, so
+`zoo test --ckpt_path last.ckpt` and resumed fits restore the masked layers) checks that the incoming mask
+fits this model's layers and density and that the adapters are present, with a one-line error. When the
+base model is a Hub name, checkpoints and `save_pretrained` hold the adapters only (LoRA factors, sparse
+indices and values: tens of MB instead of 13 GB) and the frozen base is re-read from its name; a base built from
+a config dict (random weights: smoke runs, tests) is saved in full. Hence `hub_strict = False`; the adapter
+keys are checked explicitly instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import lightning.pytorch as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+
+from datamodules.gsm8k import STOP_STRINGS, GSM8KExactMatch
+from zoo.errors import ZooError
+from zoo.hub import HubMixin
+from zoo.lm import build_causal_lm, generate, load_tokenizer
+from zoo.rosa.mask import ALL_LINEAR, apply_rosa, check_density, load_mask, rosa_layers, save_mask
+
+ADAPTER_KEYS = ("lora_A", "lora_B", "sparse_values", "sparse_index", "sparse_ready")
+
+
+def linear_warmup_decay(warmup_steps: int, total_steps: int):
+    """composer's `linear_decay_with_warmup` (t_warmup=20ba, alpha_f=0) as a LambdaLR factor."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+class CausalLMFinetune(HubMixin, L.LightningModule):
+    """Shared training/evaluation of an adapted causal LM; subclasses build `self.model` and name param groups."""
+
+    monitor = "val/exact_match"
+    monitor_mode = "max"
+
+    @property
+    def hub_strict(self) -> bool:  # named bases publish adapters only (see the module docstring)
+        return self.base_name is None
+
+    def _init_common(self, model, tokenizer, torch_dtype):
+        self.base_name = model if isinstance(model, str) else None
+        self.tokenizer = load_tokenizer(tokenizer or (model if isinstance(model, str) else "byt5"))
+        self.val_em, self.test_em = GSM8KExactMatch(), GSM8KExactMatch()
+        self._test_rows: list[dict] = []
+        # Named bases: checkpoints carry adapters only, so Lightning must not demand the frozen weights.
+        self.strict_loading = self.base_name is None
+
+    # --- training -----------------------------------------------------------------------------------------
+    def training_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          labels=batch["labels"]).loss
+
+    def training_step(self, batch, batch_idx):
+        loss = self.training_loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def total_steps(self) -> int:
+        trainer = self._trainer
+        return max(1, int(trainer.estimated_stepping_batches)) if trainer is not None else 1
+
+    def build_optimizer(self, groups: list[dict[str, Any]], total_steps: int):
+        hp = self.hparams
+        opt = torch.optim.AdamW(groups, betas=tuple(hp.betas), weight_decay=hp.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(hp.lr_warmup_steps, total_steps))
+        return opt, sched
+
+    def configure_optimizers(self):
+        opt, sched = self.build_optimizer(self.param_groups(), self.total_steps())
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # --- evaluation ---------------------------------------------------------------------------------------
+    def _generate(self, batch) -> list[str]:
+        outs = generate(self.model, self.tokenizer, batch["prompt"], max_new_tokens=self.hparams.max_new_tokens,
+                        stop=tuple(self.hparams.stop))
+        return [o[0] for o in outs]
+
+    def validation_step(self, batch, batch_idx):
+        self.val_em.update(self._generate(batch), batch["answer"])
+        self.log("val/exact_match", self.val_em, batch_size=len(batch["prompt"]), prog_bar=True)
+
+    def test_step(self, batch, batch_idx):
+        completions = self._generate(batch)
+        self.test_em.update(completions, batch["answer"])
+        self.log("test/exact_match", self.test_em, batch_size=len(batch["prompt"]))
+        self._test_rows += [{"question": q, "completion": c, "reference": a}
+                            for q, c, a in zip(batch["question"], completions, batch["answer"])]
+
+    def on_test_epoch_end(self) -> None:
+        from datamodules.gsm8k import extract_answer, is_correct
+
+        if self.trainer is None or not self._test_rows:
+            return
+        rank = self.trainer.global_rank
+        path = Path(self.trainer.default_root_dir) / f"gsm8k_test_generations{f'.rank{rank}' if rank else ''}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as f:
+            for r in self._test_rows:
+                r = {**r, "extracted": extract_answer(r["completion"]),
+                     "correct": is_correct(r["completion"], r["reference"])}
+                f.write(json.dumps(r) + "\n")
+        rank_zero_info(f"GSM8K generations written to {path}")
+        self._test_rows = []
+
+    # --- checkpoints / Hub --------------------------------------------------------------------------------
+    def is_adapter_key(self, key: str) -> bool:
+        return any(f".{k}" in key for k in ADAPTER_KEYS)
+
+    def hub_state_dict(self) -> dict[str, torch.Tensor]:
+        state = self.state_dict()
+        if self.base_name is None:  # random-init base from a config dict: only the full weights rebuild it
+            return state
+        return {k: v for k, v in state.items() if self.is_adapter_key(k)}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.base_name is not None:
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if self.is_adapter_key(k)}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.prepare_state_dict_load(checkpoint["state_dict"])
+
+    def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
+        mine = self.state_dict()
+        missing = [k for k in mine if self.is_adapter_key(k) and k not in state_dict]
+        if missing:
+            raise ZooError(f"weights lack the adapters of this {type(self).__name__} (e.g. {missing[0]}); "
+                           f"were they saved with the same target_modules and r?")
+
+    def card_metadata(self) -> dict[str, Any]:
+        meta = {"datasets": ["openai/gsm8k"], "tags": ["rosa", "peft", "lora", "gsm8k"],
+                "pipeline_tag": "text-generation"}
+        if self.base_name:
+            meta["base_model"] = self.base_name
+        return meta
+
+
+class RoSAModule(CausalLMFinetune):
+    """RoSA (and QRoSA with `quantize: nf4`): LoRA + sparse adapters on every target linear of a causal LM."""
+
+    def __init__(
+        self,
+        model: Union[str, dict[str, Any]] = "meta-llama/Llama-2-7b-hf",
+        tokenizer: Optional[str] = None,
+        torch_dtype: Optional[str] = None,
+        target_modules: Union[str, list[str]] = ALL_LINEAR,
+        r: int = 16,
+        lora_alpha: float = 16.0,
+        lora_dropout: float = 0.05,
+        density: float = 0.018,
+        quantize: Optional[Literal["nf4"]] = None,
+        mask_path: Optional[str] = None,
+        lr: float = 2e-4,
+        lora_lr: float = 7e-4,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        lr_warmup_steps: int = 20,
+        max_new_tokens: int = 256,
+        stop: list[str] = list(STOP_STRINGS),
+    ):
+        """
+        Args:
+            model: base causal LM: a Hub name / local path (pretrained) or a config dict (random weights).
+            tokenizer: tokenizer name ("byt5" for the file-free byte tokenizer); default: the model's name.
+            torch_dtype: dtype of the frozen base ("bfloat16" in the paper); adapters are float32.
+            target_modules: "all-linear" (every linear except the LM head) or module names (PEFT matching).
+            r: LoRA rank (0 = sparse adapters only, `spa_only`).
+            lora_alpha: LoRA α; the low-rank branch is scaled by α/r.
+            lora_dropout: dropout on the low-rank branch's input.
+            density: fraction d of each target weight that is sparse-adapted (0 = LoRA only, `lora_only`).
+            quantize: "nf4" stores the frozen target weights in NF4 with double quantisation (QRoSA).
+            mask_path: a saved mask (safetensors, from a previous run's `rosa_mask.safetensors`); without it the
+                `callbacks.rosa_mask.RoSAMaskWarmup` callback computes the Fisher mask at the start of fit.
+            lr: learning rate of the sparse values (paper 2e-4).
+            lora_lr: learning rate of the LoRA factors A, B (paper 7e-4, a separate param group).
+            weight_decay: AdamW weight decay (paper 0).
+            betas: AdamW betas.
+            lr_warmup_steps: linear warm-up in optimizer steps, then linear decay to 0 (paper 20).
+            max_new_tokens: generation budget at evaluation (lm-eval-harness default 256).
+            stop: stop strings for greedy decoding (lm-eval-harness gsm8k).
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        check_density(density)
+        if r == 0 and density == 0:
+            raise ZooError("r=0 and density=0 leave nothing to train; set r > 0 and/or density in (0, 1)")
+        self.model = build_causal_lm(model, torch_dtype=torch_dtype)  # first: a missing base names the model
+        self._init_common(model, tokenizer, torch_dtype)
+        self.layers = apply_rosa(self.model, target_modules, r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
+                                 density=density, quantize=quantize)
+        if mask_path is not None:
+            if density == 0:
+                raise ZooError("mask_path is set but density=0 (LoRA only) would ignore it")
+            self.set_masks(load_mask(mask_path, self.layers))
+
+    # --- the mask -----------------------------------------------------------------------------------------
+    @property
+    def has_mask(self) -> bool:
+        return all(layer._ready for layer in self.layers.values())
+
+    def set_masks(self, masks: dict[str, torch.Tensor]) -> None:
+        for name, layer in self.layers.items():
+            layer.set_mask(masks[name])
+
+    def masks(self) -> dict[str, torch.Tensor]:
+        return {name: layer.sparse_index for name, layer in self.layers.items()}
+
+    def save_mask(self, path: str | Path) -> Path:
+        return save_mask(path, self.masks(), self.hparams.density)
+
+    def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
+        for name, layer in self.layers.items():
+            index = state_dict.get(f"model.{name}.sparse_index")
+            if index is None:
+                continue
+            numel = layer.in_features * layer.out_features
+            if index.numel() != layer.nnz or (index.numel() and int(index.max()) >= numel):
+                raise ZooError(f"the sparse mask of {name!r} in the weights ({index.numel()} entries) does not fit "
+                               f"this model ({layer.out_features}x{layer.in_features} at density "
+                               f"{self.hparams.density}: {layer.nnz} entries)")
+        super().prepare_state_dict_load(state_dict)
+
+    # --- optimisation -------------------------------------------------------------------------------------
+    def lora_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for layer in self.layers.values() if layer.lora_A is not None
+                for p in (layer.lora_A.weight, layer.lora_B.weight)]
+
+    def sparse_parameters(self) -> list[torch.nn.Parameter]:
+        return [layer.sparse_values for layer in self.layers.values() if layer.nnz]
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the trainable adapter tensors (to restart from them after the mask warm-up)."""
+        return {k: v.detach().clone() for k, v in self.state_dict().items() if self.is_adapter_key(k)}
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        groups = []
+        if self.lora_parameters():
+            groups.append({"params": self.lora_parameters(), "lr": self.hparams.lora_lr, "name": "lora"})
+        if self.hparams.density > 0:  # allocated now, filled by the mask (see on_fit_start)
+            groups.append({"params": self.sparse_parameters(), "lr": self.hparams.lr, "name": "sparse"})
+        return groups
+
+    def on_fit_start(self) -> None:
+        # Runs after the callbacks' on_fit_start, i.e. after RoSAMaskWarmup, and after a resumed checkpoint.
+        if self.hparams.density > 0 and not self.has_mask:
+            raise ZooError("RoSA with density > 0 has no sparse mask: add the callback "
+                           "callbacks.rosa_mask.RoSAMaskWarmup (Fisher mask warm-up) or set model.mask_path")
+
+    def on_train_start(self) -> None:
+        n_lora = sum(p.numel() for p in self.lora_parameters())
+        n_sparse = sum(layer.nnz for layer in self.layers.values())
+        rank_zero_info(f"RoSA: {len(self.layers)} adapted layers, {n_lora:,} LoRA + {n_sparse:,} sparse parameters")
+
+    # --- merge / export -----------------------------------------------------------------------------------
+    def merged_model(self) -> torch.nn.Module:
+        """A copy of the base model with W + (α/r)BA + dense(S) folded in (bf16/fp32 bases only)."""
+        if self.hparams.quantize:
+            raise ZooError("QRoSA (NF4 base) cannot be merged, as in the official code; export adapters instead")
+        merged = copy.deepcopy(self.model)
+        for name, layer in rosa_layers(merged).items():
+            layer.merge()
+            parent_name, _, child = name.rpartition(".")
+            setattr(merged.get_submodule(parent_name) if parent_name else merged, child, layer.base_layer)
+        return merged
+
+    def export(self, directory: str | Path, merged: bool = True) -> Path:
+        """`merged=True`: a plain HF model directory (`from_pretrained`-able); else the adapters + mask alone."""
+        directory = Path(directory)
+        if merged:
+            self.merged_model().save_pretrained(directory)
+            self.tokenizer.save_pretrained(directory)
+        else:
+            from safetensors.torch import save_file
+
+            directory.mkdir(parents=True, exist_ok=True)
+            state = {k: v.contiguous().cpu() for k, v in self.state_dict().items() if self.is_adapter_key(k)}
+            save_file(state, str(directory / "rosa_adapters.safetensors"),
+                      metadata={"base_model": json.dumps(self.hparams.model), "r": str(self.hparams.r),
+                                "lora_alpha": str(self.hparams.lora_alpha), "density": str(self.hparams.density)})
+        return directory
+
+
+class LoRABaselineModule(CausalLMFinetune):
+    """The LoRA baseline through PEFT's reference implementation (`LoraConfig` + `get_peft_model`)."""
+
+    def __init__(
+        self,
+        model: Union[str, dict[str, Any]] = "meta-llama/Llama-2-7b-hf",
+        tokenizer: Optional[str] = None,
+        torch_dtype: Optional[str] = None,
+        target_modules: Union[str, list[str]] = ALL_LINEAR,
+        r: int = 16,
+        lora_alpha: float = 16.0,
+        lora_dropout: float = 0.05,
+        lora_lr: float = 7e-4,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        lr_warmup_steps: int = 20,
+        max_new_tokens: int = 256,
+        stop: list[str] = list(STOP_STRINGS),
+    ):
+        """
+        Args:
+            model: base causal LM: a Hub name / local path (pretrained) or a config dict (random weights).
+            tokenizer: tokenizer name ("byt5" for the file-free byte tokenizer); default: the model's name.
+            torch_dtype: dtype of the frozen base ("bfloat16" in the paper).
+            target_modules: "all-linear" or module names (passed to PEFT).
+            r: LoRA rank.
+            lora_alpha: LoRA α (scaling α/r).
+            lora_dropout: LoRA dropout.
+            lora_lr: learning rate of A and B (the official lora_only run uses LORA_LR = 7e-4).
+            weight_decay: AdamW weight decay.
+            betas: AdamW betas.
+            lr_warmup_steps: linear warm-up steps, then linear decay to 0.
+            max_new_tokens: generation budget at evaluation.
+            stop: stop strings for greedy decoding.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        if r <= 0:
+            raise ZooError(f"LoRA rank r must be positive, got {r}")
+        from peft import LoraConfig, get_peft_model
+        from zoo.rosa.mask import find_targets
+
+        base = build_causal_lm(model, torch_dtype=torch_dtype)
+        self._init_common(model, tokenizer, torch_dtype)
+        targets = find_targets(base, target_modules)  # same matching rules and errors as RoSA
+        config = LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=targets,
+                            task_type="CAUSAL_LM")
+        self.model = get_peft_model(base, config)
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return [{"params": params, "lr": self.hparams.lora_lr, "name": "lora"}]
+
+    def merged_model(self) -> torch.nn.Module:
+        return copy.deepcopy(self.model).merge_and_unload()
+
+
+__all__ = ["RoSAModule", "LoRABaselineModule", "CausalLMFinetune"]
