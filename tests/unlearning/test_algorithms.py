@@ -1,0 +1,84 @@
+"""Oracles for the unlearning updates: task arithmetic identities, GA = -fine-tuning step, SGA no-op."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+from datamodules.memorization import MemorizationDataModule
+from zoo.errors import ZooError
+from zoo.unlearning import UnlearningModule
+from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, task_arithmetic, task_vector
+
+
+def test_task_arithmetic_identities():
+    g = torch.Generator().manual_seed(0)
+    theta0 = {"w": torch.randn(4, 3, generator=g, dtype=torch.float64), "b": torch.randn(3, generator=g,
+                                                                                          dtype=torch.float64)}
+    delta = {k: torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in theta0.items()}
+    theta_ft = {k: theta0[k] + delta[k] for k in theta0}
+    tau = task_vector(theta_ft, theta0)
+    for k, v in task_arithmetic(theta0, tau, 0.0).items():
+        assert torch.equal(v, theta0[k])  # lambda = 0 returns theta_0
+    for k, v in task_arithmetic(theta0, tau, 1.0).items():
+        torch.testing.assert_close(v, theta0[k] - delta[k], rtol=0, atol=1e-15)  # theta_0 - Delta
+
+
+def test_selective_losses_mask_sequences():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 7, dtype=torch.float64)
+    ids = torch.randint(0, 7, (3, 5))
+    mask = torch.ones_like(ids)
+    full, _, k = lm_loss(logits, ids, mask)
+    only0, _, k0 = lm_loss(logits, ids, mask, torch.tensor([True, False, False]))
+    assert k == 3 and k0 == 1
+    torch.testing.assert_close(only0, lm_loss(logits[:1], ids[:1], mask[:1])[0])
+    torch.testing.assert_close(gradient_ascent_loss(logits, ids, mask)[0], -full)
+    assert gradient_ascent_loss(logits, ids, mask, torch.zeros(3, dtype=torch.bool))[0] is None
+
+
+def _dm(tmp_path, **kw):
+    return MemorizationDataModule(source="embedded", seq_len=24, num_forget=4, num_unseen=4, num_heldout=2,
+                                  num_background=4, batch_size=4, memorize=False, cache_dir=str(tmp_path), **kw)
+
+
+def _fit(module, dm, **trainer_kw):
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, **trainer_kw)
+    trainer.fit(module, dm)
+    return trainer
+
+
+def _params(m):
+    return {k: v.detach().clone() for k, v in m.model.named_parameters()}
+
+
+def test_one_ga_step_is_minus_one_finetuning_step(tmp_path, tiny_config):
+    # same theta_0 (seeded init), same batch, Adam's first step: GA moves by exactly minus the fine-tuning move
+    moves = {}
+    for method in ("ga", "ta"):  # "ta" starts by fine-tuning on the forget set (2 epochs: no subtraction yet)
+        torch.manual_seed(0)
+        m = UnlearningModule(model=tiny_config, method=method, lr=1e-3, torch_dtype="float64", ma_threshold=-1.0,
+                             el_threshold=-1.0, ta_finetune_epochs=2)
+        theta0 = _params(m)
+        _fit(m, _dm(tmp_path), max_steps=1)
+        moves[method] = {k: v - theta0[k] for k, v in _params(m).items()}
+    assert max(v.abs().max() for v in moves["ga"].values()) > 0
+    for k in moves["ga"]:
+        torch.testing.assert_close(moves["ga"][k], -moves["ta"][k], rtol=0, atol=1e-15)
+
+
+def test_sga_leaves_parameters_untouched_below_threshold(tmp_path, tiny_config):
+    torch.manual_seed(0)
+    m = UnlearningModule(model=tiny_config, method="sga", lr=1e-2, ma_threshold=1.0, el_threshold=1.0)
+    theta0 = _params(m)
+    trainer = _fit(m, _dm(tmp_path), max_epochs=3)
+    for k, v in _params(m).items():
+        assert torch.equal(v, theta0[k])
+    assert trainer.current_epoch == 1  # no outlier: stopped after the first epoch
+
+
+def test_unknown_method_is_an_error(tiny_config):
+    with pytest.raises(ZooError, match="unknown unlearning method 'foo'"):
+        UnlearningModule(model=tiny_config, method="foo")

@@ -1,0 +1,6 @@
+"""Memorized-data unlearning by degree of memorization (Barbulescu & Triantafillou, ICML 2024, arXiv 2405.03097):
+GA (Jang et al.), SGA, TA, TAU, SGATAU; metrics MA, EL_n, c(D_f), membership-attack AUC."""
+
+from zoo.unlearning.module import METHODS, UnlearningModule
+
+__all__ = ["METHODS", "UnlearningModule"]
