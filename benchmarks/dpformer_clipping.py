@@ -1,0 +1,207 @@
+"""Step time and peak memory of DP-SGD on a tied-embedding Transformer: ours vs Opacus.
+
+Methods (one SGD step each: forward, backward, clipping, noise, update):
+- nonprivate:     plain backward, no clipping;
+- phantom:        zoo.dp PerSampleClipper, Phantom norms + book-keeping clipped sum (what DPClipping uses);
+- phantom-2bwd:   Phantom norms, clipped sum by a second weighted backward (the alternative we measured);
+- opacus-hooks:   Opacus GradSampleModule (hooks) + DPOptimizer: materialised per-sample gradients;
+- opacus-ghost:   Opacus ghost clipping (GradSampleModuleFastGradientClipping); Opacus 1.6 refuses
+                  tied weights, so it runs on the *untied* twin (same shapes and FLOPs, one more M×d matrix).
+
+Times: all methods of one (vocab, seq) in one process, steps interleaved (the 2-core machine is shared,
+so load spikes hit every method alike); median of --steps steps after a warm-up step.
+Memory: each method alone in a subprocess, peak RSS (ru_maxrss) of one step minus the RSS after setup.
+
+    python benchmarks/dpformer_clipping.py            # vocab 1k/10k/50k × seq 50/200
+    python benchmarks/dpformer_clipping.py --quick    # vocab 1k/10k × seq 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+METHODS = ["nonprivate", "phantom", "phantom-2bwd", "opacus-hooks", "opacus-ghost"]
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def build(method: str, vocab: int, seq: int, batch: int, d: int):
+    """Returns a function doing one DP-SGD (or plain) step of `method` on a fresh model."""
+    import torch
+
+    from zoo.dp import PerSampleClipper
+    from zoo.dpformer.model import SASRec
+
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # a shared 2-core box: 2 threads thrash under load (measured 10x slower)
+    model = SASRec(vocab, max_len=seq, d_model=d, n_layers=2, n_heads=2, d_ff=4 * d, dropout=0.0, re_attention=False)
+    if method == "opacus-ghost":
+        model.output.weight = torch.nn.Parameter(model.item_emb.weight.detach().clone())
+    x = torch.randint(1, vocab + 1, (batch, seq))
+    y = torch.randint(1, vocab + 1, (batch, seq))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    C, sigma = 1.0, 1.0
+
+    class Loss(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, s, t):
+            return self.m.per_sample_loss(s, t)
+
+    if method == "nonprivate":
+        def step():
+            opt.zero_grad()
+            model.per_sample_loss(x, y).mean().backward()
+            opt.step()
+    elif method == "phantom":
+        clipper = PerSampleClipper(model, "phantom", C)
+
+        def step():
+            opt.zero_grad()
+            model.per_sample_loss(x, y).mean().backward()
+            clipper.step(sigma, "mean", float(batch))
+            opt.step()
+    elif method == "phantom-2bwd":
+        clipper = PerSampleClipper(model, "phantom", C)
+
+        def step():
+            opt.zero_grad()
+            losses = model.per_sample_loss(x, y)
+            losses.mean().backward(retain_graph=True)
+            norms = clipper.per_sample_norms("mean")
+            clipper.capture.clear()
+            coef = (C / (norms + 1e-6)).clamp(max=1.0)
+            opt.zero_grad()
+            clipper.capture.enabled = False
+            (coef * losses).sum().backward()
+            clipper.capture.enabled = True
+            for p in clipper.params:
+                p.grad = (p.grad + torch.normal(0.0, sigma * C, size=p.shape)) / batch
+            opt.step()
+    elif method == "opacus-hooks":
+        from opacus import GradSampleModule
+        from opacus.optimizers import DPOptimizer
+
+        gsm = GradSampleModule(Loss(model), batch_first=True, loss_reduction="mean")
+        dpopt = DPOptimizer(opt, noise_multiplier=sigma, max_grad_norm=C, expected_batch_size=batch)
+
+        def step():
+            dpopt.zero_grad()
+            gsm(x, y).mean().backward()
+            dpopt.step()
+    elif method == "opacus-ghost":
+        from opacus.grad_sample import GradSampleModuleFastGradientClipping
+        from opacus.optimizers import DPOptimizerFastGradientClipping
+        from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
+
+        gsm = GradSampleModuleFastGradientClipping(Loss(model), batch_first=True, loss_reduction="mean",
+                                                   max_grad_norm=C, use_ghost_clipping=True)
+        dpopt = DPOptimizerFastGradientClipping(opt, noise_multiplier=sigma, max_grad_norm=C,
+                                                expected_batch_size=batch)
+
+        def step():
+            dpopt.zero_grad()
+            DPTensorFastGradientClipping(gsm, dpopt, gsm(x, y), "mean").backward()
+            dpopt.step()
+    else:
+        raise SystemExit(f"unknown method {method}")
+
+    return step
+
+
+def measure_memory(method: str, vocab: int, seq: int, batch: int, d: int) -> dict:
+    """Peak RSS of one step above the post-setup RSS (run alone in its own process)."""
+    step = build(method, vocab, seq, batch, d)
+    base = _rss_mb()
+    step()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
+    return {"peak_mb": max(peak - base, 0.0)}
+
+
+def measure_times(methods: list[str], vocab: int, seq: int, batch: int, d: int, steps: int) -> dict:
+    """Median step time per method, all in this process, interleaved so that load spikes of the
+    shared machine hit every method alike."""
+    fns, errors = {}, {}
+    for m in methods:
+        try:
+            fns[m] = build(m, vocab, seq, batch, d)
+            fns[m]()  # warm-up
+        except Exception as e:  # report a failing method, keep timing the others
+            errors[m] = f"{type(e).__name__}: {str(e)[:80]}"
+            fns.pop(m, None)
+    times = {m: [] for m in fns}
+    for _ in range(steps):
+        for m, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[m].append(time.perf_counter() - t0)
+    return {**{m: statistics.median(t) for m, t in times.items()}, **errors}
+
+
+def _sub(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    if out.returncode:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:90]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="vocab 1k/10k, seq 50 only")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--mem", nargs=3, metavar=("METHOD", "VOCAB", "SEQ"), help=argparse.SUPPRESS)
+    ap.add_argument("--times", nargs=2, metavar=("VOCAB", "SEQ"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    methods = a.methods.split(",")
+    if a.mem:
+        print(json.dumps(measure_memory(a.mem[0], int(a.mem[1]), int(a.mem[2]), a.batch, a.d)))
+        return
+    if a.times:
+        print(json.dumps(measure_times(methods, int(a.times[0]), int(a.times[1]), a.batch, a.d, a.steps)))
+        return
+    grid = [(v, t) for t in ((50,) if a.quick else (50, 200)) for v in ((1000, 10000) if a.quick else (1000, 10000, 50000))]
+    common = ["--batch", str(a.batch), "--d", str(a.d), "--steps", str(a.steps)]
+    rows = {}
+    for v, t in grid:
+        times = _sub(["--times", str(v), str(t), "--methods", ",".join(methods), *common])
+        for m in methods:
+            mem = _sub(["--mem", m, str(v), str(t), *common])
+            err = times.get("error") or mem.get("error") or (times[m] if isinstance(times[m], str) else None)
+            rows[(v, t, m)] = {"error": err} if err else {"time_s": times[m], **mem}
+            print(f"# vocab={v} seq={t} {m}: {rows[(v, t, m)]}", file=sys.stderr, flush=True)
+    print(f"batch {a.batch}, d_model {a.d}, 2 layers, 2 heads, median of {a.steps} interleaved steps after 1 warm-up; "
+          f"time ratio = method / nonprivate; memory = peak RSS above the post-setup RSS\n")
+    print("| vocab | seq | method | step time (s) | × non-private | × phantom | peak extra memory (MiB) |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
+    for v, t in grid:
+        base = rows.get((v, t, "nonprivate"), {}).get("time_s")
+        ph = rows.get((v, t, "phantom"), {}).get("time_s")
+        for m in methods:
+            r = rows[(v, t, m)]
+            if "error" in r:
+                print(f"| {v} | {t} | {m} | failed: {r['error']} | | | |")
+                continue
+            ratio = f"{r['time_s'] / base:.2f}" if base else "-"
+            rph = f"{r['time_s'] / ph:.2f}" if ph else "-"
+            print(f"| {v} | {t} | {m} | {r['time_s']:.3f} | {ratio} | {rph} | {r['peak_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
