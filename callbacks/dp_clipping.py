@@ -7,7 +7,7 @@ before Lightning's own gradient clipping and the update):
    `ghost`: ghost norms, no tied embedding/output weights; `per_sample`: materialised per-sample
    gradients with Opacus' grad samplers, any layer Opacus supports);
 2. Σ_i c_i g_i with c_i = min(1, C/(‖g_i‖+1e-6)) by book-keeping from the same captures (measured
-   faster than a second weighted backward: benchmarks/results_dpformer.md);
+   faster than a second weighted backward: benchmarks/RESULTS.md (section dpformer));
 3. p.grad = (Σ_i c_i g_i + N(0, σ²C²I)) / (q·N) (Opacus convention for a batch-mean loss);
 4. one step of the privacy accountant (Opacus RDP or PRV) at (σ, q); ε is logged as `dp/epsilon`.
 It stops training (skipping the update) when the next step would exceed `target_epsilon`.
