@@ -40,7 +40,7 @@ def build(method: str, vocab: int, seq: int, batch: int, d: int):
     import torch
 
     from zoo.dp import PerSampleClipper
-    from zoo.dpformer.model import SASRec
+    from zoo.dpformer.model import PerSampleLoss, SASRec
 
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
@@ -52,14 +52,6 @@ def build(method: str, vocab: int, seq: int, batch: int, d: int):
     y = torch.randint(1, vocab + 1, (batch, seq))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     C, sigma = 1.0, 1.0
-
-    class Loss(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, s, t):
-            return self.m.per_sample_loss(s, t)
 
     if method == "nonprivate":
         def step():
@@ -95,7 +87,7 @@ def build(method: str, vocab: int, seq: int, batch: int, d: int):
         from opacus import GradSampleModule
         from opacus.optimizers import DPOptimizer
 
-        gsm = GradSampleModule(Loss(model), batch_first=True, loss_reduction="mean")
+        gsm = GradSampleModule(PerSampleLoss(model), batch_first=True, loss_reduction="mean")
         dpopt = DPOptimizer(opt, noise_multiplier=sigma, max_grad_norm=C, expected_batch_size=batch)
 
         def step():
@@ -107,7 +99,7 @@ def build(method: str, vocab: int, seq: int, batch: int, d: int):
         from opacus.optimizers import DPOptimizerFastGradientClipping
         from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 
-        gsm = GradSampleModuleFastGradientClipping(Loss(model), batch_first=True, loss_reduction="mean",
+        gsm = GradSampleModuleFastGradientClipping(PerSampleLoss(model), batch_first=True, loss_reduction="mean",
                                                    max_grad_norm=C, use_ghost_clipping=True)
         dpopt = DPOptimizerFastGradientClipping(opt, noise_multiplier=sigma, max_grad_norm=C,
                                                 expected_batch_size=batch)

@@ -23,6 +23,7 @@ from zoo.errors import ZooError
 WEIGHTS = "model.safetensors"
 CONFIG = "config.yaml"
 CARD = "README.md"
+ALIASES = "zoo_aliases"  # safetensors metadata key: {alias name: stored name} for tied tensors
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
 
@@ -85,7 +86,10 @@ class HubMixin:
 
 
 def save_state_dict(state: dict[str, torch.Tensor], path: Path) -> None:
-    """safetensors refuses shared storage (tied embeddings): keep one name, record the others as aliases."""
+    """safetensors refuses shared storage (tied embeddings): keep one name, record the others as aliases.
+
+    The header gets exactly one metadata key: safetensors writes several keys in no fixed order, so identical
+    weights would hash differently and a re-push of the same run would make a new Hub commit."""
     seen: dict[tuple, str] = {}
     tensors, aliases = {}, {}
     for name, t in state.items():
@@ -96,13 +100,14 @@ def save_state_dict(state: dict[str, torch.Tensor], path: Path) -> None:
             continue
         seen[key] = name
         tensors[name] = t.contiguous().cpu()
-    save_file(tensors, str(path), metadata={"format": "pt", "zoo_aliases": json.dumps(aliases)})
+    save_file(tensors, str(path), metadata={ALIASES: json.dumps(aliases, sort_keys=True)} if aliases else
+              {"format": "pt"})
 
 
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     with safe_open(str(path), framework="pt") as f:
         state = {k: f.get_tensor(k) for k in f.keys()}
-        aliases = json.loads((f.metadata() or {}).get("zoo_aliases", "{}"))
+        aliases = json.loads((f.metadata() or {}).get(ALIASES, "{}"))
     for name, target in aliases.items():
         state[name] = state[target]
     return state

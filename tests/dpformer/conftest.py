@@ -2,9 +2,10 @@
 
 import pytest
 import torch
+
 from torch.func import functional_call, grad, vmap
 
-from zoo.dpformer.model import SASRec
+from zoo.dpformer.model import PerSampleLoss, SASRec
 
 
 def make_model(num_items=30, max_len=8, re_attention=False, seed=0, dtype=torch.float64):
@@ -29,22 +30,13 @@ def func_per_sample_grads(model, seq, tgt):
     params = {k: v.detach() for k, v in model.named_parameters()}
     buffers = dict(model.named_buffers())
 
-    wrap = _LossWrap(model)
+    wrap = PerSampleLoss(model)
 
     def loss_one(p, s, t):
         state = {**{"m." + k: v for k, v in p.items()}, **{"m." + k: v for k, v in buffers.items()}}
         return functional_call(wrap, state, (s.unsqueeze(0), t.unsqueeze(0)), tie_weights=True)[0]
 
     return vmap(grad(loss_one), in_dims=(None, 0, 0))(params, seq, tgt)
-
-
-class _LossWrap(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, s, t):
-        return self.m.per_sample_loss(s, t)
 
 
 @pytest.fixture

@@ -3,12 +3,14 @@
 import lightning.pytorch as pl
 import pytest
 import torch
+
 from opacus.accountants import RDPAccountant
 from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch.func import functional_call, grad, vmap
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks.dp_clipping import DPClipping
+from zoo.dpformer.model import PerSampleLoss
 from zoo.errors import ZooError
 
 N = 24
@@ -71,7 +73,7 @@ def test_update_equals_dp_sgd_by_hand(manual, mode):
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
     x, y = _data().tensors
     # Oracle: clipped per-sample gradients by torch.func.
-    wrap = _Loss(model)
+    wrap = PerSampleLoss(model)
 
     def loss_one(p, xi, yi):
         return functional_call(wrap, {"m." + k: v for k, v in p.items()}, (xi[None], yi[None]))[0]
@@ -86,15 +88,6 @@ def test_update_equals_dp_sgd_by_hand(manual, mode):
     for k, p in model.named_parameters():
         expected = before[k] - torch.tensordot(coef, gs[k], dims=1) / N  # lr 1, mean over q·N = N
         assert torch.allclose(p.detach(), expected, atol=1e-10), k
-
-
-class _Loss(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, x, y):
-        return self.m.per_sample_loss(x, y)
 
 
 def test_non_poisson_loader_is_refused_before_training():

@@ -4,20 +4,13 @@ import warnings
 
 import pytest
 import torch
+
 from opacus import GradSampleModule
 
 from zoo.dp import PerSampleClipper
 from zoo.dp.norms import contributions, inner
+from zoo.dpformer.model import PerSampleLoss
 from zoo.errors import ZooError
-
-
-class LossWrap(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, seq, tgt):
-        return self.m.per_sample_loss(seq, tgt)
 
 
 def _ref_norms(gs):
@@ -56,7 +49,7 @@ def test_phantom_matches_opacus_hooks(tiny):
     seq, tgt = make_batch(B=6, seed=3)
     ours, _ = _our_norms(model, seq, tgt, "phantom")
     model.zero_grad()
-    gsm = GradSampleModule(LossWrap(model), batch_first=True, loss_reduction="sum")
+    gsm = GradSampleModule(PerSampleLoss(model), batch_first=True, loss_reduction="sum")
     gsm(seq, tgt).sum().backward()
     params = list(dict.fromkeys(model.parameters()))  # the tied weight once, its grad_sample summed
     ref = torch.sqrt(sum(p.grad_sample.flatten(1).pow(2).sum(1) for p in params))
@@ -106,7 +99,7 @@ def test_opacus_ghost_clipping_refuses_tied_weights(tiny):
     seq, tgt = make_batch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        gsm = GradSampleModuleFastGradientClipping(LossWrap(model), batch_first=True, loss_reduction="sum",
+        gsm = GradSampleModuleFastGradientClipping(PerSampleLoss(model), batch_first=True, loss_reduction="sum",
                                                    max_grad_norm=1.0, use_ghost_clipping=True)
     with pytest.raises(NotImplementedError, match="tying"):
         gsm(seq, tgt)

@@ -170,7 +170,11 @@ def test_push_pull_from_pretrained_end_to_end(in_tmp, toy_config, hub, monkeypat
 
     # pushing the same run again changes nothing: no new commit
     before = HfApi(endpoint=hub.endpoint).model_info("org/toy").sha
+    first = hub.files("org/toy")
     assert main(["push", str(run_dir), "--repo", "org/toy", "--endpoint", hub.endpoint]) == 0
+    second = hub.files("org/toy")
+    changed = sorted(k for k in set(first) | set(second) if first.get(k) != second.get(k))
+    assert not changed, f"a second push of the same run changed {changed}"
     assert HfApi(endpoint=hub.endpoint).model_info("org/toy").sha == before
 
     assert main(["pull", "org/toy", "--endpoint", hub.endpoint]) == 0
