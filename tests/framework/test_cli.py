@@ -144,3 +144,32 @@ def test_compare_table_and_plot(in_tmp, toy_config, capsys):
     assert main(["compare", "--runs", "[runs]", "--format", "csv"]) == 0
     csv_out = capsys.readouterr().out
     assert csv_out.splitlines()[0].startswith("run,")
+
+
+def test_compare_reads_a_wandb_project(monkeypatch, in_tmp, capsys):
+    """The online path: runs come from `wandb.Api().runs(project)` (a stand-in API object here, since the
+    tests are offline); config keys that differ and numeric summary metrics are aligned like local runs."""
+    import wandb
+
+    class Run:
+        def __init__(self, name, lr, loss):
+            self.name, self.config, self.summary = name, {"model": {"init_args": {"lr": lr}}, "seed": 1}, {
+                "val/loss": loss, "_wandb": {"runtime": 3}}
+            self._hist = [{"_step": 0, "train/loss": 2 * loss}, {"_step": 1, "train/loss": loss}]
+
+        def scan_history(self, keys):
+            return [h for h in self._hist if all(k in h for k in keys)]
+
+    class Api:
+        def runs(self, project):
+            assert project == "me/zoo"
+            return [Run("a", 0.1, 0.5), Run("b", 0.01, 0.7)]
+
+    monkeypatch.setattr(wandb, "Api", Api)
+    text = main(["compare", "--wandb_project", "me/zoo", "--format", "csv", "--metric", "train/loss",
+                 "--plot_path", "w.png"])
+    assert text == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "run,model.lr,val/loss"
+    assert out[1] == "a,0.1,0.5" and out[2] == "b,0.01,0.7"
+    assert Path("w.png").stat().st_size > 0
