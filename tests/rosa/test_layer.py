@@ -10,7 +10,8 @@ from torch import nn
 
 from zoo.errors import ZooError
 from zoo.lm import build_causal_lm
-from zoo.rosa.layer import DenseMaskedLinear, RoSALinear, _SparseFrozenLinear, sddmm, sddmm_blocked, sddmm_gather
+from zoo.rosa.layer import (DenseMaskedLinear, RoSALinear, _SparseFrozenLinear, sddmm, sddmm_blocked, sddmm_csr,
+                             sddmm_gather)
 from zoo.rosa.mask import apply_rosa
 
 
@@ -43,6 +44,7 @@ def test_sddmm_equals_masked_dense_product(nnz):
     for block in (1, 11 * 2, 11 * 4, 1 << 20):  # one row per block, uneven blocks, one block
         got = sddmm_blocked(go, x, index, in_features=11, block_elements=block)
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(sddmm_csr(go, x, index, in_features=11), expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(sddmm(go, x, index, in_features=11), expected, rtol=0, atol=1e-12)
 
 
