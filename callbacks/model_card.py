@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_only
 
-from zoo.rundir import update_summary
+from zoo.rundir import read_summary, update_summary
 
 
 def _scalar_metrics(metrics: dict) -> dict[str, float]:
     out = {}
     for k, v in metrics.items():
         try:
-            f = float(v)
+            out[k] = float(v)
         except (TypeError, ValueError):
             continue
-        if math.isfinite(f) or math.isnan(f):
-            out[k] = f
     return out
 
 
@@ -41,7 +38,7 @@ class ModelCardWriter(pl.Callback):
     def _record(self, trainer: pl.Trainer, stage: str) -> None:
         run_dir = self._dir(trainer)
         metrics = _scalar_metrics(trainer.callback_metrics)
-        fields = {stage: metrics, "stages": sorted(set(_stages(run_dir)) | {stage})}
+        fields = {stage: metrics, "stages": sorted(set(read_summary(run_dir).get("stages", [])) | {stage})}
         if stage == "fit":
             fields.update(global_step=trainer.global_step, epochs=trainer.current_epoch)
             ckpt = getattr(trainer.checkpoint_callback, "last_model_path", None)
@@ -71,8 +68,3 @@ class ModelCardWriter(pl.Callback):
     def on_test_end(self, trainer, pl_module):
         self._record(trainer, "test")
 
-
-def _stages(run_dir: Path) -> list[str]:
-    from zoo.rundir import read_summary
-
-    return list(read_summary(run_dir).get("stages", []))

@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
-from typing import Any
 
 TRAINER_VERBS = ("fit", "validate", "test", "predict")
 FUNCTION_VERBS = ("list", "push", "pull", "card", "compare", "cruxeval-score")

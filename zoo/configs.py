@@ -8,10 +8,8 @@ from typing import Any
 import yaml
 
 
-def load_yaml(path_or_text: str | Path) -> dict[str, Any]:
-    p = Path(path_or_text) if not str(path_or_text).lstrip().startswith(("{", "#")) and "\n" not in str(path_or_text) else None
-    text = p.read_text() if p is not None else str(path_or_text)
-    data = yaml.safe_load(text)
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    data = yaml.safe_load(Path(path).read_text())
     return data if isinstance(data, dict) else {}
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -203,8 +202,7 @@ def module_from_run(run_dir: str | Path, checkpoint: str = "last"):
     except Exception as e:  # noqa: BLE001 - any unpickling refusal means the file is not plain tensors
         raise ZooError(f"checkpoint {ckpt} cannot be loaded weights-only ({type(e).__name__}: {e})") from e
     state = payload["state_dict"]
-    if hasattr(module, "on_load_checkpoint"):
-        module.on_load_checkpoint(payload)
+    module.on_load_checkpoint(payload)  # modules whose state shape depends on training restore it here
     module.prepare_state_dict_load(state)
     module.load_state_dict(state, strict=getattr(module, "hub_strict", True))
     return module

@@ -90,7 +90,7 @@ def test_thresholds_outliers_and_attack():
     assert attack_auc([0.5, 0.5], [0.5, 0.5]) == 0.5
 
 
-def test_bad_input_errors():
+def test_bad_input_is_refused_with_a_clear_message():
     with pytest.raises(ZooError, match="empty unseen set"):
         unseen_threshold([])
     with pytest.raises(ZooError, match="shorter than the EL_10 window.*doc_id b"):

@@ -126,7 +126,7 @@ def main(argv=None):
             rows.append((ir, name, agg))
             print(f"IR {ir:g} {name}: " + ", ".join(f"{k} {m:.1f}+-{s:.1f}" for k, (m, s) in agg.items()),
                   f"[{time.time() - t0:.0f}s, train counts {counts}]", flush=True)
-    print(f"\n| IR | method | top-1 | many | medium | few |\n|---|---|---|---|---|---|")
+    print("\n| IR | method | top-1 | many | medium | few |\n|---|---|---|---|---|---|")
     for ir, name, agg in rows:
         print(f"| {ir:g} | {name} | " + " | ".join(f"{agg[k][0]:.1f} ± {agg[k][1]:.1f}"
                                                   for k in ("all", "many", "medium", "few")) + " |")
