@@ -1,0 +1,58 @@
+"""The paper's grid (GPT-Neo 125M / 1.3B / 2.7B x forget sets of 32 / 128) = a method config + one overlay.
+
+Parsed with the real CLI parser (types checked, nothing instantiated or downloaded); the merged values must be the
+paper's: the model and its tokenizer, the forget-set file, and one optimizer step over the whole forget set."""
+
+from __future__ import annotations
+
+import pytest
+
+from zoo.registry import ROOT
+from zoo.unlearning.module import METHODS
+
+OVERLAYS = {  # overlay -> (model, forget-set size)
+    None: ("EleutherAI/gpt-neo-125m", 32),
+    "forget128": ("EleutherAI/gpt-neo-125m", 128),
+    "gptneo-1.3b": ("EleutherAI/gpt-neo-1.3B", 32),
+    "gptneo-1.3b_forget128": ("EleutherAI/gpt-neo-1.3B", 128),
+    "gptneo-2.7b": ("EleutherAI/gpt-neo-2.7B", 32),
+    "gptneo-2.7b_forget128": ("EleutherAI/gpt-neo-2.7B", 128),
+}
+
+
+def parse(*configs):
+    from zoo.trainer import ZooCLI
+
+    class Parsed(Exception):
+        pass
+
+    class ParseOnly(ZooCLI):
+        def before_instantiate_classes(self):
+            raise Parsed(self.config["fit"])
+
+    args = ["fit"] + [a for c in configs for a in ("--config", str(c))]
+    with pytest.raises(Parsed) as e:
+        ParseOnly(args=args)
+    return e.value.args[0]
+
+
+def test_every_overlay_file_is_covered():
+    assert {p.stem for p in (ROOT / "configs" / "unlearning").glob("*.yaml")} == {k for k in OVERLAYS if k}
+
+
+@pytest.mark.parametrize("overlay", list(OVERLAYS), ids=str)
+@pytest.mark.parametrize("method", METHODS)
+def test_method_config_with_overlay_is_the_papers_setting(method, overlay):
+    configs = [ROOT / "configs" / f"unlearning_{method}_gptneo125m.yaml"]
+    if overlay:
+        configs.append(ROOT / "configs" / "unlearning" / f"{overlay}.yaml")
+    cfg = parse(*configs)
+    model, size = OVERLAYS[overlay]
+    m, d = cfg.model.init_args, cfg.data.init_args
+    assert m.method == method and m.model == model and d.tokenizer == model
+    assert m.lr == 5e-5 and m.el_n == 10
+    assert d.forget_path == f"data/unlearning/lm_extraction_{size}_0.csv"
+    # Jang et al.: the whole forget set per optimizer step
+    assert d.batch_size * cfg.trainer.accumulate_grad_batches == size
+    if model != "EleutherAI/gpt-neo-125m":
+        assert cfg.trainer.precision == "bf16-mixed" and m.torch_dtype is None  # fp32 master weights
