@@ -24,8 +24,8 @@ from datamodules.memorization import MemorizationDataModule
 from zoo.unlearning.metrics import attack_auc, count_outliers, score_sequences, unseen_threshold
 from zoo.unlearning.module import METHODS, TINY_GPT_NEO, UnlearningModule
 
-DATA = dict(tokenizer="byt5", seq_len=32, num_forget=16, num_unseen=16, num_heldout=16, num_background=128,
-            batch_size=16, memorize_steps=300)
+DATA = dict(tokenizer="byt5", seq_len=32, num_forget=16, num_unseen=16, num_heldout=16, num_background=1024,
+            batch_size=16, memorize_steps=900)
 TINY = {**TINY_GPT_NEO, "window_size": 32, "max_position_embeddings": 64}
 
 
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--max-epochs", type=int, default=40)
     p.add_argument("--lambdas", type=float, nargs="+", default=[round(2 ** (k / 3), 2) for k in range(16)])
     p.add_argument("--cache-dir", default=None)
