@@ -14,6 +14,10 @@ Memory: each method alone in a subprocess, peak RSS (ru_maxrss) of one step minu
 
     python benchmarks/dpformer_clipping.py            # vocab 1k/10k/50k × seq 50/200
     python benchmarks/dpformer_clipping.py --quick    # vocab 1k/10k × seq 50
+    python benchmarks/dpformer_clipping.py --device cuda --batch 64   # on a GPU (the paper's setting is a V100)
+
+On CUDA, step times are synchronised wall times and memory is the peak of torch.cuda.max_memory_allocated during
+one step above the memory allocated after setup.
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-def build(method: str, vocab: int, seq: int, batch: int, d: int):
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def build(method: str, vocab: int, seq: int, batch: int, d: int, device: str = "cpu"):
     """Returns a function doing one DP-SGD (or plain) step of `method` on a fresh model."""
     import torch
 
@@ -48,8 +59,9 @@ def build(method: str, vocab: int, seq: int, batch: int, d: int):
     model = SASRec(vocab, max_len=seq, d_model=d, n_layers=2, n_heads=2, d_ff=4 * d, dropout=0.0, re_attention=False)
     if method == "opacus-ghost":
         model.output.weight = torch.nn.Parameter(model.item_emb.weight.detach().clone())
-    x = torch.randint(1, vocab + 1, (batch, seq))
-    y = torch.randint(1, vocab + 1, (batch, seq))
+    model.to(device)
+    x = torch.randint(1, vocab + 1, (batch, seq), device=device)
+    y = torch.randint(1, vocab + 1, (batch, seq), device=device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     C, sigma = 1.0, 1.0
 
@@ -81,7 +93,7 @@ def build(method: str, vocab: int, seq: int, batch: int, d: int):
             (coef * losses).sum().backward()
             clipper.capture.enabled = True
             for p in clipper.params:
-                p.grad = (p.grad + torch.normal(0.0, sigma * C, size=p.shape)) / batch
+                p.grad = (p.grad + torch.normal(0.0, sigma * C, size=p.shape, device=p.device)) / batch
             opt.step()
     elif method == "opacus-hooks":
         from opacus import GradSampleModule
@@ -114,23 +126,35 @@ def build(method: str, vocab: int, seq: int, batch: int, d: int):
     return step
 
 
-def measure_memory(method: str, vocab: int, seq: int, batch: int, d: int) -> dict:
-    """Peak RSS of one step above the post-setup RSS (run alone in its own process)."""
-    step = build(method, vocab, seq, batch, d)
+def measure_memory(method: str, vocab: int, seq: int, batch: int, d: int, device: str = "cpu") -> dict:
+    """Peak memory of one step above the post-setup level (run alone in its own process): RSS on CPU,
+    allocated CUDA memory on a GPU."""
+    step = build(method, vocab, seq, batch, d, device)
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return {"peak_mb": max(torch.cuda.max_memory_allocated() - base, 0) / 2**20}
     base = _rss_mb()
     step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
     return {"peak_mb": max(peak - base, 0.0)}
 
 
-def measure_times(methods: list[str], vocab: int, seq: int, batch: int, d: int, steps: int) -> dict:
+def measure_times(methods: list[str], vocab: int, seq: int, batch: int, d: int, steps: int,
+                  device: str = "cpu") -> dict:
     """Median step time per method, all in this process, interleaved so that load spikes of the
     shared machine hit every method alike."""
     fns, errors = {}, {}
     for m in methods:
         try:
-            fns[m] = build(m, vocab, seq, batch, d)
+            fns[m] = build(m, vocab, seq, batch, d, device)
             fns[m]()  # warm-up
+            _sync(device)
         except Exception as e:  # report a failing method, keep timing the others
             errors[m] = f"{type(e).__name__}: {str(e)[:80]}"
             fns.pop(m, None)
@@ -139,6 +163,7 @@ def measure_times(methods: list[str], vocab: int, seq: int, batch: int, d: int, 
         for m, f in fns.items():
             t0 = time.perf_counter()
             f()
+            _sync(device)
             times[m].append(time.perf_counter() - t0)
     return {**{m: statistics.median(t) for m, t in times.items()}, **errors}
 
@@ -157,19 +182,20 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     ap.add_argument("--mem", nargs=3, metavar=("METHOD", "VOCAB", "SEQ"), help=argparse.SUPPRESS)
     ap.add_argument("--times", nargs=2, metavar=("VOCAB", "SEQ"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     warnings.filterwarnings("ignore")
     methods = a.methods.split(",")
     if a.mem:
-        print(json.dumps(measure_memory(a.mem[0], int(a.mem[1]), int(a.mem[2]), a.batch, a.d)))
+        print(json.dumps(measure_memory(a.mem[0], int(a.mem[1]), int(a.mem[2]), a.batch, a.d, a.device)))
         return
     if a.times:
-        print(json.dumps(measure_times(methods, int(a.times[0]), int(a.times[1]), a.batch, a.d, a.steps)))
+        print(json.dumps(measure_times(methods, int(a.times[0]), int(a.times[1]), a.batch, a.d, a.steps, a.device)))
         return
     grid = [(v, t) for t in ((50,) if a.quick else (50, 200)) for v in ((1000, 10000) if a.quick else (1000, 10000, 50000))]
-    common = ["--batch", str(a.batch), "--d", str(a.d), "--steps", str(a.steps)]
+    common = ["--batch", str(a.batch), "--d", str(a.d), "--steps", str(a.steps), "--device", a.device]
     rows = {}
     for v, t in grid:
         times = _sub(["--times", str(v), str(t), "--methods", ",".join(methods), *common])
@@ -178,8 +204,9 @@ def main() -> None:
             err = times.get("error") or mem.get("error") or (times[m] if isinstance(times[m], str) else None)
             rows[(v, t, m)] = {"error": err} if err else {"time_s": times[m], **mem}
             print(f"# vocab={v} seq={t} {m}: {rows[(v, t, m)]}", file=sys.stderr, flush=True)
-    print(f"batch {a.batch}, d_model {a.d}, 2 layers, 2 heads, median of {a.steps} interleaved steps after 1 warm-up; "
-          f"time ratio = method / nonprivate; memory = peak RSS above the post-setup RSS\n")
+    print(f"device {a.device}, batch {a.batch}, d_model {a.d}, 2 layers, 2 heads, median of {a.steps} interleaved "
+          "steps after 1 warm-up; time ratio = method / nonprivate; memory = peak "
+          f"{'CUDA allocation' if a.device.startswith('cuda') else 'RSS'} above the post-setup level\n")
     print("| vocab | seq | method | step time (s) | × non-private | × phantom | peak extra memory (MiB) |")
     print("|---:|---:|---|---:|---:|---:|---:|")
     for v, t in grid:
