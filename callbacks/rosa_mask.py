@@ -12,8 +12,9 @@
    then a second run with `mask_path`.
 
 It does nothing when the model already has its mask (`mask_path`, a resumed checkpoint) or when density is 0.
-Under DDP each rank warms up on its own and the Fisher scores are averaged across ranks before the top-k,
-so every rank gets the same mask (the official code generates masks in a separate run as well).
+Under DDP the ranks take disjoint micro-batches, the warm-up steps with the cross-rank mean LoRA gradient (so the
+ranks stay in sync, as a DDP warm-up run would), and the Fisher scores are averaged across ranks before the top-k,
+so every rank gets the same mask, collected over world_size x the micro-batches of one rank.
 """
 
 from __future__ import annotations
@@ -30,14 +31,18 @@ from zoo.errors import ZooError
 from zoo.rosa.mask import FisherCollector, fisher_mask, save_mask
 
 
-def _batches(loader):
+def _batches(loader, rank: int = 0, world_size: int = 1):
+    """Endless micro-batches; under DDP rank r takes every world_size-th batch (offset r), so the ranks see disjoint
+    data as in the main run (the datamodule's loader is not wrapped in Lightning's DistributedSampler here)."""
     while True:  # re-iterate (reshuffles) if the warm-up needs more than an epoch
         empty = True
-        for batch in loader:
-            empty = False
-            yield batch
+        for i, batch in enumerate(loader):
+            if i % world_size == rank:
+                empty = False
+                yield batch
         if empty:
-            raise ZooError("the training dataloader is empty; cannot compute the RoSA mask")
+            raise ZooError(f"the training dataloader has no batch for rank {rank} of {world_size}; "
+                           "cannot compute the RoSA mask")
 
 
 class RoSAMaskWarmup(Callback):
@@ -81,11 +86,18 @@ class RoSAMaskWarmup(Callback):
                                        pl_module.hparams.density)
             rank_zero_info(f"RoSA mask saved to {self.mask_path} (reuse it with model.mask_path)")
 
+    @staticmethod
+    def reduce_scores(trainer: L.Trainer, scores: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+        """Average each rank's Fisher scores across ranks (DDP), so the top-k gives every rank the same mask."""
+        if trainer.world_size > 1:
+            scores = {n: trainer.strategy.reduce(s.to(device), reduce_op="mean") for n, s in scores.items()}
+        return scores
+
     def compute_mask(self, trainer: L.Trainer, module) -> dict[str, torch.Tensor]:
         accum = self.accumulate_grad_batches or trainer.accumulate_grad_batches
         if trainer.datamodule is None:
             raise ZooError("RoSAMaskWarmup needs a datamodule (it reads its train_dataloader)")
-        batches = _batches(trainer.datamodule.train_dataloader())
+        batches = _batches(trainer.datamodule.train_dataloader(), trainer.global_rank, trainer.world_size)
         initial = module.adapter_state()
         rng = torch.random.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
@@ -105,6 +117,10 @@ class RoSAMaskWarmup(Callback):
                                                 module.total_steps())
             for step in range(self.warmup_steps):
                 loss = sum(micro_batch() for _ in range(accum)) / accum
+                if trainer.world_size > 1:  # a DDP warm-up: every rank steps with the mean gradient, stays in sync
+                    for p in params:
+                        if p.grad is not None:
+                            p.grad = trainer.strategy.reduce(p.grad, reduce_op="mean")
                 if trainer.gradient_clip_val:
                     torch.nn.utils.clip_grad_norm_(params, trainer.gradient_clip_val)
                 opt.step()
@@ -119,9 +135,7 @@ class RoSAMaskWarmup(Callback):
                 fisher.end_microbatch()
         for p in module.parameters():
             p.grad = None
-        scores = fisher.scores()
-        if trainer.world_size > 1:
-            scores = {n: trainer.strategy.reduce(s.to(module.device), reduce_op="mean") for n, s in scores.items()}
+        scores = self.reduce_scores(trainer, fisher.scores(), module.device)
         masks = fisher_mask(scores, module.hparams.density)
         rank_zero_info(f"RoSA mask: Fisher over {fisher.count} micro-batches after {self.warmup_steps} LoRA steps; "
                        f"{sum(m.numel() for m in masks.values()):,} sparse entries in {len(masks)} layers")
