@@ -3,11 +3,13 @@
 Both methods run in this process on the same problem (s = 102 nodes per side, 100 x 100 interior unknowns):
 
 * DiffOAS = 30 GMRES basis solves (rtol 1e-5, Appendix B.3) + per-sample GRF draws, basis combination, noise and
-  one sparse operator action. The samples are produced in chunks and discarded after each chunk (the same work as
+  one operator action (matrix-free `stencil`, the default, and the CSR `sparse` product of the official scripts). The samples are produced in chunks and discarded after each chunk (the same work as
   `generate_diffoas`, without holding 10,000 x 3 fields of 102^2 doubles in memory).
 * GMRES baseline = draw (K, f) and solve each system with `scipy.sparse.linalg.gmres` (rtol 1e-5, restart 20:
   SciPy's defaults, as the official `gmres(A, b)` call). It is timed on a subset of samples and scaled linearly
-  to 1,000 and 10,000 (each sample is an independent solve of the same cost distribution).
+  to 1,000 and 10,000 (each sample is an independent solve of the same cost distribution). Baseline solves are
+  interleaved with the basis solves (basis 1, baseline 1, basis 2, ...): the shared machine's speed drifts by
+  10-20% over minutes, and both sides of the ratio must see the same drift.
 * For reference, the same baseline with a sparse direct solver (`spsolve`, SuperLU) on a subset.
 
 Times are process CPU time (`time.process_time`, BLAS/OpenMP pinned to one thread): the development machines share
@@ -31,7 +33,7 @@ import tracemalloc
 import numpy as np
 import scipy
 
-from zoo.diffoas.generate import PAPER_RTOL, diffoas_chunks, get_problem, solve, solve_basis
+from zoo.diffoas.generate import PAPER_RTOL, diffoas_chunks, get_problem, solve
 
 
 class Clock:
@@ -43,6 +45,35 @@ class Clock:
 
     def __exit__(self, *exc):
         self.cpu, self.wall = time.process_time() - self.c, time.perf_counter() - self.w
+
+
+def time_basis_and_gmres(P, s, n_basis, n_gmres, seed_basis, seed_gmres):
+    """Basis solves of DiffOAS (what `solve_basis` does) interleaved with baseline samples (draw + assemble + GMRES).
+
+    Returns (U, basis clock, baseline clock per sample, baseline draw clock per sample)."""
+    rb, rg = np.random.default_rng(seed_basis), np.random.default_rng(seed_gmres)
+    basis, base, draw = Clock(), Clock(), Clock()
+    basis.cpu = basis.wall = base.cpu = base.wall = draw.cpu = draw.wall = 0.0
+    with Clock() as c:
+        a = P.coefficients(rb, n_basis, s)
+        f = P.source(rb, n_basis, s)
+    basis.cpu, basis.wall = c.cpu, c.wall
+    with Clock() as c:
+        ag = P.coefficients(rg, n_gmres, s)
+        fg = P.source(rg, n_gmres, s)
+    draw.cpu, draw.wall = c.cpu / n_gmres, c.wall / n_gmres
+    U = np.empty((n_basis, (s - 2) ** 2))
+    for i in range(max(n_basis, n_gmres)):
+        if i < n_basis:
+            with Clock() as c:
+                U[i], _ = solve(P.operator(a[i]), f[i, 1:-1, 1:-1].ravel(), "gmres", PAPER_RTOL)
+            basis.cpu, basis.wall = basis.cpu + c.cpu, basis.wall + c.wall
+        if i < n_gmres:
+            with Clock() as c:
+                solve(P.operator(ag[i]), fg[i, 1:-1, 1:-1].ravel(), "gmres", PAPER_RTOL)
+            base.cpu, base.wall = base.cpu + c.cpu, base.wall + c.wall
+    base.cpu, base.wall = base.cpu / n_gmres + draw.cpu, base.wall / n_gmres + draw.wall
+    return U, basis, base, draw
 
 
 def time_solver(P, s, n, solver, seed) -> tuple[Clock, Clock]:
@@ -92,24 +123,21 @@ def peak_mib(fn) -> float:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="s=34 (1,024 unknowns), 1,000 / 2,000 samples")
-    ap.add_argument("--gmres-samples", type=int, default=None, help="GMRES subset size (default 20, quick 10)")
+    ap.add_argument("--gmres-samples", type=int, default=None, help="GMRES subset size (default 30, quick 10)")
     ap.add_argument("--n-basis", type=int, default=30)
     args = ap.parse_args(argv)
     s = 34 if args.quick else 102
     sizes = (1000, 2000) if args.quick else (1000, 10000)
-    n_gmres = args.gmres_samples or (10 if args.quick else 20)
+    n_gmres = args.gmres_samples or (10 if args.quick else 30)
     P = get_problem("darcy")
     n_unknowns = (s - 2) ** 2
 
-    rng = np.random.default_rng(0)
-    with Clock() as basis:
-        U, _ = solve_basis(P, s, args.n_basis, rng, "gmres", PAPER_RTOL)
+    U, basis, gm, gm_draw = time_basis_and_gmres(P, s, args.n_basis, n_gmres, seed_basis=0, seed_gmres=1)
     samples = {}
     for act in ("sparse", "stencil"):
         full, first = time_diffoas_samples(P, U, s, sizes[1], seed=7, action=act, mark=sizes[0])
         samples[(sizes[0], act)], samples[(sizes[1], act)] = first, full
     draws = time_coefficient_draws(P, s, sizes[1], seed=8)
-    gm, gm_draw = time_solver(P, s, n_gmres, "gmres", seed=1)
     n_direct = max(n_gmres, 20)
     di, _ = time_solver(P, s, n_direct, "direct", seed=2)
 
@@ -121,8 +149,8 @@ def main(argv=None):
           "(wall seconds in brackets)\n")
     print(f"- basis: {args.n_basis} GMRES solves (rtol 1e-5) in {basis.cpu:.2f} s [{basis.wall:.2f}], "
           f"{basis.cpu / args.n_basis:.3f} s each")
-    print(f"- GMRES baseline: {n_gmres} samples timed (draw + assemble + solve), {gm.cpu:.3f} s/sample "
-          f"[{gm.wall:.3f}], scaled linearly")
+    print(f"- GMRES baseline: {n_gmres} samples timed (draw + assemble + solve, interleaved with the basis solves), "
+          f"{gm.cpu:.3f} s/sample [{gm.wall:.3f}], scaled linearly")
     print(f"- direct baseline (spsolve): {n_direct} samples timed, {di.cpu * 1e3:.1f} ms/sample [{di.wall * 1e3:.1f}], "
           "scaled linearly")
     print(f"- drawing the coefficient field K alone: {draws.cpu / sizes[1] * 1e3:.2f} ms/sample (DiffOAS), "

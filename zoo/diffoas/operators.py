@@ -147,21 +147,29 @@ def assemble_block_diagonal(c: np.ndarray, q: np.ndarray | None = None, sigma: f
 
 
 def apply_operator(c: np.ndarray, u: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> np.ndarray:
-    """Matrix-free ``A(c, q) u`` for a batch: ``c`` (..., s, s), ``u`` (..., s-2, s-2) interior values."""
+    """Matrix-free ``A(c, q) u`` for a batch: ``c`` (..., s, s), ``u`` (..., s-2, s-2) interior values.
+
+    Written as a divergence of face fluxes: each face's flux ``c_face * (u_right - u_left)`` is computed once and
+    shared by the two nodes it separates (half the work of four per-node face terms; the same operator)."""
     c = np.asarray(c, dtype=np.float64)
     s = check_grid(c.shape[-1])
-    inv_h2 = float((s - 1) ** 2)
     up = np.zeros(u.shape[:-2] + (s, s))
     up[..., 1:-1, 1:-1] = u  # zero Dirichlet boundary
-    cw, ce, cs, cn = face_coefficients(c)
-    uc = up[..., 1:-1, 1:-1]
-    flux = (
-        cw * (uc - up[..., 1:-1, :-2])
-        + ce * (uc - up[..., 1:-1, 2:])
-        + cs * (uc - up[..., :-2, 1:-1])
-        + cn * (uc - up[..., 2:, 1:-1])
-    )
-    return sigma * inv_h2 * flux + _interior_q(q, s) * uc
+    # 2 * flux across the vertical faces of the interior rows (..., n, s-1) and the horizontal faces of the
+    # interior columns (..., s-1, n); the 1/2 of the face mean is folded into the final scale
+    row = c[..., 1:-1, :]
+    fx = row[..., 1:] + row[..., :-1]
+    fx *= np.diff(up[..., 1:-1, :], axis=-1)
+    col = c[..., :, 1:-1]
+    fy = col[..., 1:, :] + col[..., :-1, :]
+    fy *= np.diff(up[..., :, 1:-1], axis=-2)
+    out = fx[..., :-1] - fx[..., 1:]  # -div: flux in from the west minus flux out to the east
+    out += fy[..., :-1, :]
+    out -= fy[..., 1:, :]
+    out *= 0.5 * sigma * float((s - 1) ** 2)
+    if q is not None:
+        out += _interior_q(q, s) * u
+    return out
 
 
 def assemble_operator_loop(c: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> sp.csr_matrix:
