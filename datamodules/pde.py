@@ -45,6 +45,8 @@ class PDEDataModule(L.LightningDataModule):
     grid_size: nodes per side s incl. the boundary (paper: 102 / 152 / 252); None = the paper's.
     n_train, n_val, n_test: sample counts (the paper: 1,000 GMRES or 10,000 DiffOAS training samples, 100 test).
     n_basis: DiffOAS basis solutions (paper: 30 / 50 / 50); None = the paper's.
+    action: DiffOAS operator action, ``stencil`` (matrix-free, default) or ``sparse`` (CSR, as the official
+        scripts); the same operator, equal to rounding.
     source: ``generate`` or ``local`` (then ``train_path`` and ``test_path`` are required).
     test_solver: solver of the test set (``gmres`` as the paper, or ``direct``).
     rtol: GMRES relative tolerance (paper: 1e-5, SciPy's default).
@@ -62,6 +64,7 @@ class PDEDataModule(L.LightningDataModule):
         n_val: int = 20,
         n_test: int = 100,
         n_basis: Optional[int] = None,
+        action: Literal["stencil", "sparse"] = "stencil",
         source: Literal["generate", "local"] = "generate",
         train_path: Optional[str] = None,
         test_path: Optional[str] = None,
@@ -96,7 +99,7 @@ class PDEDataModule(L.LightningDataModule):
         hp = self.hparams
         kw = dict(seed=seed, rtol=hp.rtol, dtype=hp.dtype)
         if method == "diffoas":
-            kw["n_basis"] = hp.n_basis
+            kw.update(n_basis=hp.n_basis, action=hp.action)
         key = dict(problem=hp.problem, method=method, grid=hp.grid_size, n=n, **kw)
         path = None
         if hp.cache_dir:

@@ -101,3 +101,16 @@ def test_channel_mismatch_is_a_clear_error():
                         enable_progress_bar=False, enable_model_summary=False)
     with pytest.raises(ZooError, match="in_channels=2 but the diffusion data have 3"):
         trainer.fit(model, datamodule=dm)
+
+
+def test_datamodule_operator_action_choice_gives_the_same_pairs():
+    sets = {}
+    for action in ("stencil", "sparse"):
+        dm = PDEDataModule(problem="diffusion", grid_size=10, n_train=12, n_val=0, n_test=2, n_basis=3, action=action)
+        dm.setup("fit")
+        sets[action] = dm.train_data
+    s, c = sets["stencil"], sets["sparse"]
+    assert s.meta["action"] == "stencil" and c.meta["action"] == "sparse"
+    np.testing.assert_array_equal(s.u, c.u)  # same draws
+    np.testing.assert_allclose(s.f, c.f, rtol=0, atol=1e-12 * np.abs(c.f).max())
+    assert max(s.residuals().max(), c.residuals().max()) < 1e-12

@@ -335,6 +335,7 @@ def generate(problem: str, method: str, n_samples: int, grid_size: int | None = 
     if method in ("gmres", "direct"):
         kw.pop("n_basis", None)
         kw.pop("noise_scale", None)
+        kw.pop("action", None)
         return generate_solver(problem, n_samples, grid_size, solver=method, **kw)
     raise ZooError(f"unknown generation method {method!r}: choose 'diffoas', 'gmres' or 'direct'")
 
@@ -409,10 +410,12 @@ def main(argv=None) -> None:
     p.add_argument("--n", type=int, default=1000, help="number of samples")
     p.add_argument("--grid", type=int, default=None, help="nodes per side s (default: the paper's)")
     p.add_argument("--n-basis", type=int, default=None)
+    p.add_argument("--action", default="stencil", choices=["stencil", "sparse"],
+                   help="DiffOAS operator action: matrix-free (default) or CSR product")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help=".npz, .h5 or .safetensors")
     args = p.parse_args(argv)
-    kw = {"n_basis": args.n_basis} if args.method == "diffoas" else {}
+    kw = {"n_basis": args.n_basis, "action": args.action} if args.method == "diffoas" else {}
     data = generate(args.problem, args.method, args.n, args.grid, seed=args.seed, **kw)
     save_dataset(data, args.out)
     print(f"wrote {len(data)} {args.problem} samples ({args.method}) to {args.out} in {data.meta['time_total_s']:.2f} s")
