@@ -143,3 +143,11 @@ def test_unknown_names_and_missing_files(tmp_path):
         load_dataset(tmp_path / "missing.npz")
     with pytest.raises(ZooError, match="unknown dataset format"):
         load_dataset(tmp_path / "x.pt")
+
+
+@pytest.mark.parametrize("action", ["stencil", "sparse"])
+def test_stage_times_cover_the_loop(action):
+    d = generate_diffoas("darcy", 30, 12, n_basis=3, seed=1, chunk=8, action=action)
+    st = d.meta["cpu_stage_s"]
+    expected = {"coefficients", "combination", "noise", "action"} | ({"assembly"} if action == "sparse" else set())
+    assert set(st) == expected and all(v >= 0 for v in st.values())
