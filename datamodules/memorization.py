@@ -164,7 +164,8 @@ class MemorizationDataModule(L.LightningDataModule):
             num_forget / num_unseen / num_heldout / num_background: embedded set sizes.
             memorize: run the memorize phase (embedded source) before unlearning.
             memorize_steps / memorize_lr / memorize_batch_size: memorize-phase training (AdamW).
-            forget_fraction: share of memorize-phase batch rows drawn from the forget set.
+            forget_fraction: share of memorize-phase batch rows drawn from the forget set; 0 trains on the
+                background alone, i.e. the model retrained without the forget set (the ideal unlearning reference).
             max_repeat: the most-repeated forget sequence is drawn `max_repeat` times as often as the least
                 (geometric grades in between): graded degrees of memorization.
             cache_dir: where memorized weights are cached (default $ZOO_CACHE or ~/.cache/zoo/memorization).
@@ -175,6 +176,8 @@ class MemorizationDataModule(L.LightningDataModule):
             raise ZooError(f"source must be 'local' or 'embedded', got {source!r}")
         if seq_len < 2:
             raise ZooError(f"seq_len must be >= 2, got {seq_len}")
+        if not 0.0 <= forget_fraction <= 1.0:
+            raise ZooError(f"forget_fraction must lie in [0, 1], got {forget_fraction}")
         self.forget_set: MemorizationSet | None = None
         self.unseen_set: MemorizationSet | None = None
         self.heldout_set: MemorizationSet | None = None
@@ -303,8 +306,11 @@ class MemorizationDataModule(L.LightningDataModule):
             torch.ones(1, dtype=torch.float64)
         grades = grades[torch.randperm(nf, generator=gen)]  # degree not tied to doc order
         opt = torch.optim.AdamW(lm.parameters(), lr=h.memorize_lr, weight_decay=0.0)
-        k_f = max(1, round(h.forget_fraction * h.memorize_batch_size))
+        k_f = max(1, round(h.forget_fraction * h.memorize_batch_size)) if h.forget_fraction > 0 else 0
         k_b = max(0, h.memorize_batch_size - k_f)
+        if k_f == 0 and (k_b == 0 or len(bg) == 0):
+            raise ZooError("the memorize phase has nothing to train on: forget_fraction=0 needs background text "
+                           "(num_background > 0)")
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # a tiny LM: more intra-op threads only contend (10-20x slower on a busy CPU)
         try:
@@ -317,8 +323,10 @@ class MemorizationDataModule(L.LightningDataModule):
     def _memorize_loop(self, lm, opt, f, bg, grades, gen, k_f: int, k_b: int) -> None:
         h = self.hparams
         for _ in range(h.memorize_steps):
-            fi = torch.multinomial(grades, k_f, replacement=True, generator=gen)
-            parts = [(f.input_ids[fi], f.attention_mask[fi])]
+            parts = []
+            if k_f:
+                fi = torch.multinomial(grades, k_f, replacement=True, generator=gen)
+                parts.append((f.input_ids[fi], f.attention_mask[fi]))
             if k_b and len(bg):
                 bi = torch.randint(len(bg), (k_b,), generator=gen)
                 parts.append((bg.input_ids[bi], bg.attention_mask[bi]))

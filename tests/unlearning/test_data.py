@@ -76,3 +76,33 @@ def test_memorize_phase_grades_and_caches(tmp_path, tiny_config, memo_cache):
     assert dm.memorize(m2.model)  # second call: from the cache, identical weights
     for (k, a), (_, b) in zip(m.model.state_dict().items(), m2.model.state_dict().items()):
         assert torch.equal(a, b), k
+
+
+def test_forget_fraction_zero_is_the_retrained_reference(tmp_path, tiny_config, memo_cache):
+    """forget_fraction=0 trains on the background alone: the model never saw the forget set, so its forget MA sits
+    at the unseen level, while the memorized model's is far above it."""
+    from zoo.unlearning.metrics import score_sequences
+
+    kw = {**SMALL, "seq_len": 32, "num_forget": 8, "num_unseen": 8, "num_background": 64, "memorize_steps": 150}
+    ref_dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, forget_fraction=0.0, **kw)
+    mem_dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, **kw)
+    ref, mem = UnlearningModule(model=tiny_config), UnlearningModule(model=tiny_config)
+    assert ref_dm.memorize(ref.model) and mem_dm.memorize(mem.model)
+    assert ref_dm.forget_set.texts == mem_dm.forget_set.texts  # the same sequences, only the training differs
+
+    def gap(model, dm):
+        f = score_sequences(model, dm.forget_set.input_ids, dm.forget_set.attention_mask, el_n=None).ma.mean()
+        u = score_sequences(model, dm.unseen_set.input_ids, dm.unseen_set.attention_mask, el_n=None).ma.mean()
+        return float(f - u)
+
+    assert gap(mem.model, mem_dm) > 0.1
+    assert abs(gap(ref.model, ref_dm)) < 0.1
+
+
+def test_memorize_phase_needs_something_to_train_on(memo_cache, tiny_config):
+    dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, forget_fraction=0.0, num_background=0,
+                                **{k: v for k, v in SMALL.items() if k != "num_background"})
+    with pytest.raises(ZooError, match="nothing to train on"):
+        dm.memorize(UnlearningModule(model=tiny_config).model)
+    with pytest.raises(ZooError, match="forget_fraction"):
+        MemorizationDataModule(forget_fraction=1.5)
