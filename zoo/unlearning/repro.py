@@ -41,7 +41,7 @@ def evaluate(model, dm, thr: dict, el_n: int) -> dict:
 
 
 def run(seeds: list[int], methods: list[str], out: Path, lr: float, max_epochs: int, cache_dir: str | None,
-        lambdas: list[float], el_n: int = 10) -> list[dict]:
+        lambdas: list[float], el_n: int = 10, threshold_std: float = 0.0) -> list[dict]:
     rows = []
     out.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
@@ -50,7 +50,7 @@ def run(seeds: list[int], methods: list[str], out: Path, lr: float, max_epochs: 
         base = UnlearningModule(model=TINY, el_n=el_n)
         dm.memorize(base.model)
         su = score_sequences(base.model, dm.unseen_set.input_ids, dm.unseen_set.attention_mask, el_n)
-        thr = {"ma": unseen_threshold(su.ma), "el": unseen_threshold(su.el)}
+        thr = {"ma": unseen_threshold(su.ma, threshold_std), "el": unseen_threshold(su.el, threshold_std)}
         r0 = {"seed": seed, "method": "none (memorized)", "epochs": 0, **evaluate(base.model, dm, thr, el_n)}
         rows.append(r0)
         print(r0, flush=True)
@@ -106,11 +106,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-epochs", type=int, default=40)
     p.add_argument("--lambdas", type=float, nargs="+", default=[round(2 ** (k / 3), 2) for k in range(16)])
     p.add_argument("--cache-dir", default=None)
+    p.add_argument("--threshold-std", type=float, default=0.0,
+                   help="thresholds = unseen mean + k * std (0: the mean, Jang et al.'s level)")
     p.add_argument("--out", type=Path, default=Path("runs/unlearning_repro"))
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)  # tiny models: extra intra-op threads only contend on a shared CPU
-    rows = run(a.seeds, a.methods, a.out, a.lr, a.max_epochs, a.cache_dir, a.lambdas)
+    rows = run(a.seeds, a.methods, a.out, a.lr, a.max_epochs, a.cache_dir, a.lambdas, threshold_std=a.threshold_std)
     md = table(rows)
     (a.out / "results.md").write_text(md + "\n")
     print(md)
