@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 import scipy
 import scipy.sparse.linalg as spla
+import torch
 
 from zoo.errors import ZooError
 from zoo.diffoas.grf import sample_grf
@@ -191,6 +192,7 @@ def _meta(problem, method, s, n, seed, **kw) -> dict:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "numpy": np.__version__,
         "scipy": scipy.__version__,
+        "torch": torch.__version__,  # the GRF normals come from torch's generator
         **kw,
     }
 
