@@ -43,3 +43,26 @@ def test_memorize_then_unlearn(tmp_path, tiny_config, memo_cache, method):
     assert final["utility_ppl"] < 0.25 * ppl_untrained
     rows = list(csv.DictReader((Path(tmp_path) / TABLE).open()))
     assert {r["stage"] for r in rows} == {"init", "fit"} and {r["set"] for r in rows} == {"forget", "unseen"}
+
+
+# a model that knows much more than its forget set: 1,024 background sequences (as in `zoo.unlearning.repro`)
+RICH = dict(seq_len=32, num_forget=8, num_unseen=8, num_heldout=8, num_background=1024, batch_size=8,
+            memorize_steps=900)
+
+
+@pytest.mark.timeout(300)
+def test_sga_keeps_utility_near_when_the_model_knows_more_than_its_forget_set(tmp_path, tiny_config, memo_cache):
+    cfg = {**tiny_config, "hidden_size": 64, "intermediate_size": 128}
+    dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, **RICH)
+    m = UnlearningModule(model=cfg, method="sga", lr=1e-4, el_n=10)
+    cb = UnlearningMetrics(el_n=10, every_n_epochs=1000)
+    trainer = L.Trainer(accelerator="cpu", max_epochs=100, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb],
+                        default_root_dir=str(tmp_path))
+    trainer.fit(m, dm)
+    init, final = cb.history[0], cb.history[-1]
+    assert init["outliers_ma"] == 8 and final["outliers_ma"] == 0
+    assert final["forget_el10"] <= max(final["el_threshold"], 0.05)
+    assert final["attack_auc"] < init["attack_auc"]
+    # measured 1.51 -> 2.66 (1.77x) held-out perplexity; the memorized-only tiny setting above loses far more
+    assert final["utility_ppl"] < 2.0 * init["utility_ppl"]
