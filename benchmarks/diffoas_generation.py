@@ -3,7 +3,8 @@
 Both methods run in this process on the same problem (s = 102 nodes per side, 100 x 100 interior unknowns):
 
 * DiffOAS = 30 GMRES basis solves (rtol 1e-5, Appendix B.3) + per-sample GRF draws, basis combination, noise and
-  one operator action (matrix-free `stencil`, the default, and the CSR `sparse` product of the official scripts). The samples are produced in chunks and discarded after each chunk (the same work as
+  one operator action (matrix-free `stencil`, the default, and the assembled `sparse` matrix product of the
+  official scripts). The samples are produced in chunks and discarded after each chunk (the same work as
   `generate_diffoas`, without holding 10,000 x 3 fields of 102^2 doubles in memory).
 * GMRES baseline = draw (K, f) and solve each system with `scipy.sparse.linalg.gmres` (rtol 1e-5, restart 20:
   SciPy's defaults, as the official `gmres(A, b)` call). It is timed on a subset of samples and scaled linearly
@@ -170,7 +171,7 @@ def main(argv=None):
     print(f"peak traced memory: DiffOAS chunk of 250 samples {mem_diffoas:.0f} MiB, one GMRES solve {mem_gmres:.1f} MiB")
     print("paper (Table 2, Xeon Gold 6154, 10,000 samples, 10,000 unknowns): DiffOAS 9.58 s vs GMRES 2,996 s = 313x")
     print("'basis + action only' is the paper's accounting (Table 2: TIME1 = basis solves + TIME2, the operator "
-          "actions): it leaves out the random-field draws, the combination, the noise and the CSR assembly")
+          "actions): it leaves out the random-field draws, the combination, the noise and the matrix assembly")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ class PDEDataModule(L.LightningDataModule):
     grid_size: nodes per side s incl. the boundary (paper: 102 / 152 / 252); None = the paper's.
     n_train, n_val, n_test: sample counts (the paper: 1,000 GMRES or 10,000 DiffOAS training samples, 100 test).
     n_basis: DiffOAS basis solutions (paper: 30 / 50 / 50); None = the paper's.
-    action: DiffOAS operator action, ``stencil`` (matrix-free, default) or ``sparse`` (CSR, as the official
+    action: DiffOAS operator action, ``stencil`` (matrix-free, default) or ``sparse`` (assembled matrix, as the official
         scripts); the same operator, equal to rounding.
     source: ``generate`` or ``local`` (then ``train_path`` and ``test_path`` are required).
     test_solver: solver of the test set (``gmres`` as the paper, or ``direct``).

@@ -43,6 +43,19 @@ def test_matrix_free_and_block_diagonal_agree_with_sparse_matrix():
     np.testing.assert_allclose(block, ref, rtol=0, atol=1e-12 * abs(ref).max())
 
 
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@pytest.mark.parametrize("s", [3, 4, 7])
+def test_block_diagonal_is_the_block_diag_of_loop_assembled_operators(name, s):
+    # entry by entry: no coupling between samples or across grid rows, the same stencil in every block
+    P = PROBLEMS[name]
+    a = P.coefficients(np.random.default_rng(s), 3, s)
+    c, q = P.operator_fields(a.transpose(1, 0, 2, 3))
+    B = sp.block_diag([assemble_operator_loop(*P.operator_fields(a[i]), P.sigma) for i in range(3)]).toarray()
+    A = assemble_block_diagonal(c, q, P.sigma).toarray()
+    assert A.shape == B.shape
+    np.testing.assert_allclose(A, B, rtol=0, atol=1e-13 * abs(B).max())
+
+
 def test_constant_coefficient_darcy_is_the_5_point_laplacian():
     s = 6
     n = s - 2

@@ -5,9 +5,9 @@ DiffOAS, per problem:
   2. per sample: draw a fresh coefficient field ``a``, form ``u = sum_i w_i u_i + eps`` with ``w ~ N(0, I)/||w||``
      (as the official code; the paper writes normalised weights) and boundary-masked GRF noise ``eps``;
   3. one operator action ``f = A(a) u``. The pair ``(a, f) -> u`` solves the discrete PDE exactly.
-     By default the action is matrix-free (``action='stencil'``: the same five-point operator as the assembled CSR
-     matrix, tested equal to it to 1e-12, without building a matrix per sample; 2-5x cheaper per sample);
-     ``action='sparse'`` builds the CSR matrices and multiplies, as the official scripts do.
+     By default the action is matrix-free (``action='stencil'``: the same five-point operator as the assembled
+     sparse matrix, tested equal to it to 1e-12, without building a matrix per sample);
+     ``action='sparse'`` assembles the sparse matrices and multiplies, as the official scripts do.
 
 The baseline draws ``(a, f)`` and solves every sample with SciPy GMRES at the paper's tolerance (rtol 1e-5,
 SciPy's default, Appendix B.3) or with a sparse direct solver.
@@ -234,11 +234,11 @@ def diffoas_chunks(P: Problem, U: np.ndarray, n_samples: int, s: int, rng, noise
     interior ``f``, ``u`` (m, (s-2)^2). ``U`` holds the basis solutions, one per row.
 
     ``action='stencil'`` applies the operator matrix-free (the default: cheaper, no matrix is stored);
-    ``'sparse'`` applies the assembled CSR operators (as the official scripts). The two are identical up to
-    floating-point summation order.
+    ``'sparse'`` assembles the operators as sparse matrices and multiplies (as the official scripts). The two are
+    identical up to floating-point summation order.
 
     ``stage_times``, if given, accumulates the CPU seconds of each stage (``STAGES``: the coefficient draw, the
-    basis combination, the masked noise, the CSR assembly (``sparse`` only) and the operator action). The paper's
+    basis combination, the masked noise, the matrix assembly (``sparse`` only) and the operator action). The paper's
     Table 2 counts only the basis solves and the operator actions (TIME1 = basis + TIME2, "the time required for
     our method ... can be divided into two parts: generating basis functions and applying operators", Sec. 6.2);
     these stage times let a benchmark report the same quantity."""
@@ -262,7 +262,7 @@ def diffoas_chunks(P: Problem, U: np.ndarray, n_samples: int, s: int, rng, noise
         eps *= u.min(axis=1)[:, None, None] * (noise_scale / n)
         u += eps.reshape(m, -1)
         clock.lap("noise")
-        # the one operator action per sample; sparse: the whole chunk as one block-diagonal CSR product
+        # the one operator action per sample; sparse: the whole chunk as one block-diagonal sparse product
         c, q = P.operator_fields(a.transpose(1, 0, 2, 3))
         if action == "sparse":
             A = assemble_block_diagonal(c, q, P.sigma)
@@ -448,7 +448,7 @@ def main(argv=None) -> None:
     p.add_argument("--grid", type=int, default=None, help="nodes per side s (default: the paper's)")
     p.add_argument("--n-basis", type=int, default=None)
     p.add_argument("--action", default="stencil", choices=["stencil", "sparse"],
-                   help="DiffOAS operator action: matrix-free (default) or CSR product")
+                   help="DiffOAS operator action: matrix-free (default) or assembled sparse matrix")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help=".npz, .h5 or .safetensors")
     args = p.parse_args(argv)

@@ -127,23 +127,37 @@ def assemble_operator(c: np.ndarray, q: np.ndarray | None = None, sigma: float =
     return sp.csr_matrix((data, indices, indptr), shape=(n * n, n * n))
 
 
-@lru_cache(maxsize=4)
-def _block_pattern(n: int, m: int):
-    indptr, indices, _ = _pattern(n)
-    N, nnz = n * n, indices.size
-    big_indices = (indices[None, :] + (np.arange(m, dtype=np.int64) * N)[:, None]).ravel()
-    big_indptr = np.concatenate([[0], (indptr[1:][None, :] + (np.arange(m) * nnz)[:, None]).ravel()])
-    return big_indptr, big_indices
+def assemble_block_diagonal(c: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> sp.dia_matrix:
+    """Block-diagonal operator of a batch ``c`` (m, s, s) as one sparse DIA matrix: one product acts on m samples.
 
-
-def assemble_block_diagonal(c: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> sp.csr_matrix:
-    """Block-diagonal CSR of the operators of a batch ``c`` (m, s, s): one sparse product acts on m samples."""
-    data = stencil_values(c, q, sigma)
-    m = data.shape[0]
-    n = c.shape[-1] - 2
-    indptr, indices = _block_pattern(n, m)
+    The five stencil diagonals (offsets -n, -1, 0, +1, +n) of all samples are laid end to end; the entries that
+    would couple the last node of a grid row (or of a sample) to the first of the next are zero. Equal to the
+    block-diagonal of ``assemble_operator`` (tested), but filled with five slice writes instead of a CSR gather
+    (about 3x cheaper to build; the product costs the same)."""
+    c = np.asarray(c, dtype=np.float64)
+    if c.ndim != 3 or c.shape[-1] != c.shape[-2]:
+        raise ZooError(f"a batch of square coefficient fields (m, s, s) is needed, got shape {c.shape}")
+    s = check_grid(c.shape[-1])
+    m, n = c.shape[0], s - 2
+    k = sigma * float((s - 1) ** 2)
+    cw, ce, cs, cn = face_coefficients(c)
+    # DIA stores A[r, r + off] at data[d, r + off]: each neighbour weight moves to its neighbour's position
+    data = np.zeros((5, m, n, n))
+    south, west, centre, east, north = data
+    np.add(cw, ce, out=centre)
+    centre += cs
+    centre += cn
+    centre *= k
+    if q is not None:
+        centre += _interior_q(q, s)
+    np.multiply(cs[:, 1:, :], -k, out=south[:, :-1, :])  # A[(i, j), (i-1, j)] at column (i-1, j)
+    np.multiply(cw[:, :, 1:], -k, out=west[:, :, :-1])  # A[(i, j), (i, j-1)] at column (i, j-1)
+    np.multiply(ce[:, :, :-1], -k, out=east[:, :, 1:])  # A[(i, j), (i, j+1)] at column (i, j+1)
+    np.multiply(cn[:, :-1, :], -k, out=north[:, 1:, :])  # A[(i, j), (i+1, j)] at column (i+1, j)
     N = m * n * n
-    return sp.csr_matrix((data.ravel(), indices, indptr), shape=(N, N))
+    if n == 1:  # one interior node: no neighbours, and offsets +-1 and +-n would coincide
+        return sp.dia_matrix((centre.reshape(1, N), [0]), shape=(N, N))
+    return sp.dia_matrix((data.reshape(5, N), [-n, -1, 0, 1, n]), shape=(N, N))
 
 
 def apply_operator(c: np.ndarray, u: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> np.ndarray:
