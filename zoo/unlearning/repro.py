@@ -5,9 +5,10 @@
 For each seed the embedded MemorizationDataModule trains a tiny GPT-Neo until its forget sequences are memorized
 to graded degrees (cached); the unseen-data thresholds of that theta_0 are measured once and shared by the five
 methods; each method then unlearns from the same theta_0. A reference row scores the same model retrained on the
-background alone (it never saw D_f): what an ideal unlearner reaches. Reported per method (mean +- std over seeds): epochs,
-c(D_f) = outliers left (MA above the unseen mean), mean MA / EL_10 of the forget set, membership-attack AUC
-(forget vs unseen, score MA), utility = held-out perplexity. Writes results.csv and results.md under --out.
+background alone (it never saw D_f): what an ideal unlearner reaches. Reported per method (mean +- std over
+seeds): epochs, c(D_f) = outliers left (MA above the unseen mean), mean MA / EL_10 of the forget set,
+membership-attack AUC (forget vs unseen, score MA), utility = held-out perplexity. Writes results.csv and results.md
+under --out.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--max-epochs", type=int, default=40)
+    p.add_argument("--max-epochs", type=int, default=200)
     p.add_argument("--lambdas", type=float, nargs="+", default=[round(2 ** (k / 3), 2) for k in range(16)])
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--threshold-std", type=float, default=0.0,
