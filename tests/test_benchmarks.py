@@ -1,0 +1,67 @@
+"""Every benchmark script runs on a miniature setting and prints its comparison table (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zoo.registry import ROOT
+
+BENCH = ROOT / "benchmarks"
+
+
+def run(script: str, *args: str, timeout: int = 240) -> str:
+    out = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def table_rows(text: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|") and not line.startswith("|---") and not line.startswith("|:")]
+
+
+@pytest.mark.timeout(300)
+def test_diffoas_generation():
+    out = run("diffoas_generation.py", "--quick", "--n-basis", "3", "--gmres-samples", "2")
+    rows = table_rows(out)[1:]
+    assert {(r[0], r[1]) for r in rows} == {("1,000", "sparse"), ("1,000", "stencil"), ("2,000", "sparse"),
+                                            ("2,000", "stencil")}
+    assert "per-sample CPU ms by stage" in out
+
+
+@pytest.mark.timeout(300)
+def test_dpformer_clipping_times_and_memory():
+    times = json.loads(run("dpformer_clipping.py", "--times", "200", "10", "--methods",
+                           "nonprivate,phantom,opacus-hooks", "--steps", "1", "--batch", "2", "--d", "16")
+                       .strip().splitlines()[-1])
+    assert set(times) == {"nonprivate", "phantom", "opacus-hooks"} and all(v > 0 for v in times.values())
+    mem = json.loads(run("dpformer_clipping.py", "--mem", "phantom", "200", "10", "--batch", "2", "--d", "16")
+                     .strip().splitlines()[-1])
+    assert mem["peak_mb"] >= 0
+
+
+@pytest.mark.timeout(300)
+def test_rosa_train_step():
+    out = run("rosa_train_step.py", "--hidden", "64", "--layers", "1", "--seq", "16", "--steps", "1", "--threads", "1")
+    labels = [r[0] for r in table_rows(out)[1:]]
+    assert any("PEFT LoRA" in x for x in labels) and any("RoSA" in x for x in labels)
+
+
+@pytest.mark.timeout(300)
+def test_score_objectives():
+    out = run("score_objectives.py", "--quick", "--device", "cpu", "--reps", "1")
+    assert any(r[2] == "PML SupConLoss" for r in table_rows(out)[1:])
+
+
+@pytest.mark.timeout(300)
+def test_cruxeval_scoring(tmp_path):
+    data = tmp_path / "cruxeval.jsonl"
+    rows = [{"code": f"def f(x):\n    return x + {i}", "input": "1", "output": str(1 + i)} for i in range(3)]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    out = run("cruxeval_scoring.py", "--data", str(data), "--workers", "1")
+    assert [r[3] for r in table_rows(out)[1:]] == ["6/6"] * 3  # every scorer passes the 6 gold checks
