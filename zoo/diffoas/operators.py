@@ -15,8 +15,9 @@ the mean of the two neighbouring nodal coefficients, as in the official code's `
 (The official Helmholtz/diffusion scripts flip the sign of the diffusion term, i.e. solve ``-div(c grad u) + q u``;
 we keep the paper's equations. Both are well posed for the paper's coefficient ranges.)
 
-``assemble_operator`` builds the CSR matrix from a cached sparsity pattern (only the values change between samples),
-``apply_operator`` is the same operator applied matrix-free to a batch of fields (used as a cross-check).
+``assemble_operator`` builds one sample's CSR matrix from a cached sparsity pattern (only the values change between
+samples; the solvers use it), ``assemble_block_diagonal`` the DIA matrix of a batch (one product acts on all of it),
+and ``apply_operator`` applies the same operator matrix-free to a batch of fields (DiffOAS's default action).
 """
 
 from __future__ import annotations
