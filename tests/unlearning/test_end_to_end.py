@@ -18,16 +18,20 @@ DATA = dict(seq_len=32, num_forget=8, num_unseen=8, num_heldout=2, num_backgroun
             memorize_steps=150)
 
 
+def unlearn(dm, module, tmp_path, max_epochs: int) -> tuple[dict, dict]:
+    """Fit `module` on `dm` with the metrics callback (evaluated at the start and the end only); (init, final)."""
+    cb = UnlearningMetrics(el_n=10, every_n_epochs=1000)
+    trainer = L.Trainer(accelerator="cpu", max_epochs=max_epochs, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb],
+                        default_root_dir=str(tmp_path))
+    trainer.fit(module, dm)
+    return cb.history[0], cb.history[-1]
+
+
 @pytest.mark.parametrize("method", ["sga"])
 def test_memorize_then_unlearn(tmp_path, tiny_config, memo_cache, method):
     dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, **DATA)
-    m = UnlearningModule(model=tiny_config, method=method, lr=3e-4, el_n=10)
-    cb = UnlearningMetrics(el_n=10, every_n_epochs=100)
-    trainer = L.Trainer(accelerator="cpu", max_epochs=40, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb],
-                        default_root_dir=str(tmp_path))
-    trainer.fit(m, dm)
-    init, final = cb.history[0], cb.history[-1]
+    init, final = unlearn(dm, UnlearningModule(model=tiny_config, method=method, lr=3e-4, el_n=10), tmp_path, 40)
     print(init, final, sep="\n")
     assert init["outliers_ma"] >= 4 and init["forget_ma"] > init["ma_threshold"] + 0.1  # something to unlearn
     assert final["outliers_ma"] == 0  # SGA: no forget sequence left above the unseen MA level
@@ -54,13 +58,7 @@ RICH = dict(seq_len=32, num_forget=8, num_unseen=8, num_heldout=8, num_backgroun
 def test_sga_keeps_utility_near_when_the_model_knows_more_than_its_forget_set(tmp_path, tiny_config, memo_cache):
     cfg = {**tiny_config, "hidden_size": 64, "intermediate_size": 128}
     dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, **RICH)
-    m = UnlearningModule(model=cfg, method="sga", lr=1e-4, el_n=10)
-    cb = UnlearningMetrics(el_n=10, every_n_epochs=1000)
-    trainer = L.Trainer(accelerator="cpu", max_epochs=100, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb],
-                        default_root_dir=str(tmp_path))
-    trainer.fit(m, dm)
-    init, final = cb.history[0], cb.history[-1]
+    init, final = unlearn(dm, UnlearningModule(model=cfg, method="sga", lr=1e-4, el_n=10), tmp_path, 100)
     assert init["outliers_ma"] == 8 and final["outliers_ma"] == 0
     assert final["forget_el10"] <= max(final["el_threshold"], 0.05)
     assert final["attack_auc"] < init["attack_auc"]
