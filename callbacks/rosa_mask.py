@@ -45,6 +45,15 @@ def _batches(loader, rank: int = 0, world_size: int = 1):
                            "cannot compute the RoSA mask")
 
 
+def _all_reduce_mean(trainer: L.Trainer, grads: list[torch.Tensor]) -> None:
+    """Replace each gradient by its cross-rank mean, in one collective over a flat buffer (not one per tensor)."""
+    if not grads:
+        return
+    flat = trainer.strategy.reduce(torch.cat([g.reshape(-1) for g in grads]), reduce_op="mean")
+    for g, mean in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(mean.view_as(g))
+
+
 class RoSAMaskWarmup(Callback):
     def __init__(self, warmup_steps: int = 64, collect_steps: int = 1, accumulate_grad_batches: Optional[int] = None,
                  mode: Literal["mean_squared", "mean"] = "mean_squared", mask_file: str = "rosa_mask.safetensors",
@@ -118,9 +127,7 @@ class RoSAMaskWarmup(Callback):
             for step in range(self.warmup_steps):
                 loss = sum(micro_batch() for _ in range(accum)) / accum
                 if trainer.world_size > 1:  # a DDP warm-up: every rank steps with the mean gradient, stays in sync
-                    for p in params:
-                        if p.grad is not None:
-                            p.grad = trainer.strategy.reduce(p.grad, reduce_op="mean")
+                    _all_reduce_mean(trainer, [p.grad for p in params if p.grad is not None])
                 if trainer.gradient_clip_val:
                     torch.nn.utils.clip_grad_norm_(params, trainer.gradient_clip_val)
                 opt.step()
