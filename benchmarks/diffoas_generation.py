@@ -34,11 +34,13 @@ import tracemalloc
 import numpy as np
 import scipy
 
-from zoo.diffoas.generate import PAPER_RTOL, STAGES, diffoas_chunks, get_problem, solve
+from zoo.diffoas.generate import PAPER_RTOL, STAGES, diffoas_chunks, get_problem, solve, solve_basis
 
 
 class Clock:
-    """CPU and wall seconds of a block."""
+    """CPU and wall seconds of a block; ``add`` accumulates another clock's seconds."""
+
+    cpu = wall = 0.0
 
     def __enter__(self):
         self.c, self.w = time.process_time(), time.perf_counter()
@@ -47,34 +49,27 @@ class Clock:
     def __exit__(self, *exc):
         self.cpu, self.wall = time.process_time() - self.c, time.perf_counter() - self.w
 
+    def add(self, other: "Clock", scale: float = 1.0) -> None:
+        self.cpu, self.wall = self.cpu + scale * other.cpu, self.wall + scale * other.wall
+
 
 def time_basis_and_gmres(P, s, n_basis, n_gmres, seed_basis, seed_gmres):
-    """Basis solves of DiffOAS (what `solve_basis` does) interleaved with baseline samples (draw + assemble + GMRES).
+    """Basis solves of DiffOAS (``solve_basis``, one basis per call) interleaved with baseline samples
+    (``time_solver``, one sample per call: draw + assemble + GMRES).
 
     Returns (U, basis clock, baseline clock per sample, baseline draw clock per sample)."""
-    rb, rg = np.random.default_rng(seed_basis), np.random.default_rng(seed_gmres)
-    basis, base, draw = Clock(), Clock(), Clock()
-    basis.cpu = basis.wall = base.cpu = base.wall = draw.cpu = draw.wall = 0.0
-    with Clock() as c:
-        a = P.coefficients(rb, n_basis, s)
-        f = P.source(rb, n_basis, s)
-    basis.cpu, basis.wall = c.cpu, c.wall
-    with Clock() as c:
-        ag = P.coefficients(rg, n_gmres, s)
-        fg = P.source(rg, n_gmres, s)
-    draw.cpu, draw.wall = c.cpu / n_gmres, c.wall / n_gmres
-    U = np.empty((n_basis, (s - 2) ** 2))
+    rb = np.random.default_rng(seed_basis)
+    U, basis, base, draw = [], Clock(), Clock(), Clock()
     for i in range(max(n_basis, n_gmres)):
         if i < n_basis:
             with Clock() as c:
-                U[i], _ = solve(P.operator(a[i]), f[i, 1:-1, 1:-1].ravel(), "gmres", PAPER_RTOL)
-            basis.cpu, basis.wall = basis.cpu + c.cpu, basis.wall + c.wall
+                U.append(solve_basis(P, s, 1, rb, "gmres", PAPER_RTOL)[0][0])
+            basis.add(c)
         if i < n_gmres:
-            with Clock() as c:
-                solve(P.operator(ag[i]), fg[i, 1:-1, 1:-1].ravel(), "gmres", PAPER_RTOL)
-            base.cpu, base.wall = base.cpu + c.cpu, base.wall + c.wall
-    base.cpu, base.wall = base.cpu / n_gmres + draw.cpu, base.wall / n_gmres + draw.wall
-    return U, basis, base, draw
+            sample, sample_draw = time_solver(P, s, 1, "gmres", seed=seed_gmres + i)
+            base.add(sample, 1 / n_gmres)
+            draw.add(sample_draw, 1 / n_gmres)
+    return np.stack(U), basis, base, draw
 
 
 def time_solver(P, s, n, solver, seed) -> tuple[Clock, Clock]:
