@@ -165,6 +165,8 @@ class DPClipping(pl.Callback):
             if eps > self.target_epsilon * 1.0001:
                 rank_zero_warn(f"DPClipping: planned {planned} steps reach eps={eps:.3f} > target "
                                f"{self.target_epsilon}; training will stop at the budget")
+            else:  # the whole plan fits the budget (also after a resume): no per-step check needed
+                self._safe_steps = max(self._safe_steps, planned)
         rank_zero_info(
             f"DPClipping: mode={self.mode} C={self.max_grad_norm} sigma={self.noise_multiplier:.4f} "
             f"q={self.sample_rate:.5f} N={n} delta={self.delta:.3g} planned_steps={planned} "

@@ -202,9 +202,8 @@ class SeqRecDataModule(pl.LightningDataModule):
     def item_frequency(self) -> torch.Tensor:
         """Occurrences of each item per training sequence (p_i for Re-Attention); index 0 = padding."""
         self.prepare_sequences()
-        counts = torch.zeros(self.num_items + 1)
-        for s in self.sequences:
-            counts.index_add_(0, torch.tensor(s[:-2]), torch.ones(len(s) - 2))
+        items = torch.tensor([i for s in self.sequences for i in s[:-2]], dtype=torch.long)
+        counts = torch.bincount(items, minlength=self.num_items + 1).float()
         # An item unseen in training counts as seen once: its noise variance stays finite.
         return counts.clamp_min(1.0) / len(self.sequences)
 

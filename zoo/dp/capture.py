@@ -9,7 +9,7 @@ contributions of all its calls, and its squared norm includes every cross term.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -20,7 +20,6 @@ class Record:
     module: nn.Module
     inputs: list[torch.Tensor]  # tensor positional args, detached, batch first
     backprop: torch.Tensor | None = None  # dL/d(output), batch first
-    extra: dict = field(default_factory=dict)
 
 
 class ActivationCapture:

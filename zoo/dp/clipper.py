@@ -73,7 +73,7 @@ class PerSampleClipper:
             raise ZooError(f"max_grad_norm must be > 0, got {max_grad_norm}")
         self.model, self.mode, self.max_grad_norm = model, mode, max_grad_norm
         self.capture = ActivationCapture(trainable_modules(model, mode))
-        self.params = [p for p in dict.fromkeys(model.parameters()) if p.requires_grad]
+        self.params = [p for p in model.parameters() if p.requires_grad]  # parameters() already dedups tied weights
         self.last_norms: torch.Tensor | None = None
 
     def _batch_size(self) -> int:
@@ -138,13 +138,13 @@ class PerSampleClipper:
         norms, sums = self.clipped_grads(loss_reduction, check)
         std = noise_multiplier * self.max_grad_norm
         for p in self.params:
-            g = sums[p]
+            g = sums[p]  # a fresh tensor: noise and scaling in place
             if std > 0:
-                g = g + torch.normal(0.0, std, size=p.shape, device=p.device, dtype=p.dtype, generator=generator)
+                g.add_(torch.normal(0.0, std, size=p.shape, device=p.device, dtype=p.dtype, generator=generator))
             if loss_reduction == "mean":
                 if not expected_batch_size:
                     raise ZooError("DP clipping: loss_reduction='mean' needs expected_batch_size")
-                g = g / expected_batch_size
+                g.div_(expected_batch_size)
             p.grad = g
         self.capture.clear()
         return norms

@@ -99,6 +99,15 @@ class SASRec(nn.Module):
         # Re-Attention statistics (zeros = vanilla attention): filled by `set_dp_noise`.
         self.register_buffer("item_noise_var", torch.zeros(num_items + 1))
         self.register_buffer("weight_noise_var", torch.zeros(()))
+        self._noise_on = False  # host copy of weight_noise_var > 0: no device sync in forward
+        # item 0 (padding) is never a prediction: its logit column is masked
+        pad_col = torch.zeros(num_items + 1, dtype=torch.bool)
+        pad_col[0] = True
+        self.register_buffer("pad_col", pad_col, persistent=False)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._noise_on = bool(self.weight_noise_var > 0)
 
     @torch.no_grad()
     def set_dp_noise(self, noise_std: float, item_frequency: torch.Tensor) -> None:
@@ -107,6 +116,7 @@ class SASRec(nn.Module):
         self.item_noise_var.copy_((noise_std / p).pow(2))
         self.item_noise_var[0] = 0.0
         self.weight_noise_var.fill_(noise_std**2)
+        self._noise_on = noise_std > 0
 
     def hidden(self, seq: torch.Tensor) -> torch.Tensor:
         B, T = seq.shape
@@ -121,7 +131,7 @@ class SASRec(nn.Module):
         mask = (causal & valid.unsqueeze(1)) | torch.eye(T, dtype=torch.bool, device=seq.device)
         mask = mask.unsqueeze(1)  # (B,1,T,T)
         token_var = None
-        if bool(self.weight_noise_var > 0):
+        if self._noise_on:
             token_var = self.item_noise_var[seq]
         for blk in self.blocks:
             x = blk(x, mask, token_var, self.weight_noise_var)
@@ -129,12 +139,7 @@ class SASRec(nn.Module):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         # Item 0 (padding) is never a prediction; masking keeps its tied row's gradient zero.
-        return self.output(h).masked_fill(self._pad_col(h), float("-inf"))
-
-    def _pad_col(self, h):
-        col = torch.zeros(self.num_items + 1, dtype=torch.bool, device=h.device)
-        col[0] = True
-        return col
+        return self.output(h).masked_fill(self.pad_col, float("-inf"))
 
     def per_sample_loss(self, seq: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Full-softmax next-item cross-entropy, averaged over each sequence's valid positions: (B,)."""

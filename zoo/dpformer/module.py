@@ -80,8 +80,9 @@ class DPSASRecModule(HubMixin, pl.LightningModule):
                 self._build(n)
             elif n != self.hparams.num_items:
                 raise ZooError(f"DPSASRecModule: num_items={self.hparams.num_items} but the data has {n} items")
-            if stage == "fit" and hasattr(dm, "item_frequency"):
-                self.item_frequency = dm.item_frequency
+            freq = getattr(dm, "item_frequency", None) if stage == "fit" else None  # a property: read once
+            if freq is not None:
+                self.item_frequency = freq
         elif self.model is None:
             raise ZooError("DPSASRecModule: num_items is unset and no data module provides it")
 
