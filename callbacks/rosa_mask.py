@@ -113,19 +113,19 @@ class RoSAMaskWarmup(Callback):
         was_training = module.training
         module.train()
 
-        def micro_batch() -> float:
+        def micro_batch() -> torch.Tensor:
             batch = trainer.strategy.batch_to_device(next(batches))
             with trainer.precision_plugin.forward_context():
                 loss = module.training_loss(batch)
             (loss / accum).backward()
-            return float(loss.detach())
+            return loss.detach()  # no host sync per micro-batch; read only when logged
 
         params = module.lora_parameters()
         if params and self.warmup_steps:  # spa_only (r = 0) has nothing to warm up
             opt, sched = module.build_optimizer([{"params": params, "lr": module.hparams.lora_lr}],
                                                 module.total_steps())
             for step in range(self.warmup_steps):
-                loss = sum(micro_batch() for _ in range(accum)) / accum
+                loss = torch.stack([micro_batch() for _ in range(accum)]).double().mean()
                 if trainer.world_size > 1:  # a DDP warm-up: every rank steps with the mean gradient, stays in sync
                     _all_reduce_mean(trainer, [p.grad for p in params if p.grad is not None])
                 if trainer.gradient_clip_val:
@@ -134,7 +134,8 @@ class RoSAMaskWarmup(Callback):
                 sched.step()
                 opt.zero_grad(set_to_none=True)
                 if (step + 1) % self.log_every_n_steps == 0 or step + 1 == self.warmup_steps:
-                    rank_zero_info(f"RoSA mask warm-up: step {step + 1}/{self.warmup_steps}, LoRA-only loss {loss:.4f}")
+                    rank_zero_info(f"RoSA mask warm-up: step {step + 1}/{self.warmup_steps}, "
+                                   f"LoRA-only loss {float(loss):.4f}")
             del opt, sched
         with FisherCollector(module.model, module.layers, self.mode) as fisher:
             for _ in range(self.collect_steps * accum):

@@ -134,10 +134,12 @@ def sddmm(grad_out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, in_featu
 
 
 def add_sparse(weight: torch.Tensor, values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """W + S as a new dense tensor (W itself is never modified). This is the official `csr_add`."""
+    """W + S as a new dense tensor (W itself is never modified; with no sparse entry yet, W itself, read only).
+    This is the official `csr_add`."""
+    if not index.numel():  # mask warm-up / empty mask: no full-weight copy
+        return weight
     w = weight.clone()
-    if index.numel():
-        w.view(-1).index_add_(0, index, values.to(w.dtype))
+    w.view(-1).index_add_(0, index, values.to(w.dtype))
     return w
 
 

@@ -126,11 +126,18 @@ class FisherCollector:
         return hook
 
     def _fold(self, name: str, g: torch.Tensor) -> None:
-        g = g * g if self.mode == "mean_squared" else g
-        if name in self.total:
-            self.total[name] += g
-        else:
+        # g is owned (a fresh dOᵀX or the summed buffer of a twice-called layer): square and add in place, no
+        # second out×in temporary per layer and micro-batch
+        total = self.total.get(name)
+        if self.mode == "mean_squared":
+            if total is None:
+                self.total[name] = g.square_()
+            else:
+                total.addcmul_(g, g)
+        elif total is None:
             self.total[name] = g
+        else:
+            total += g
 
     def __enter__(self) -> FisherCollector:
         for name, layer in self.layers.items():
