@@ -82,3 +82,13 @@ def test_sga_leaves_parameters_untouched_below_threshold(tmp_path, tiny_config):
 def test_unknown_method_is_an_error(tiny_config):
     with pytest.raises(ZooError, match="unknown unlearning method 'foo'"):
         UnlearningModule(model=tiny_config, method="foo")
+
+
+def test_task_arithmetic_in_place_matches_the_returned_dict():
+    g = torch.Generator().manual_seed(0)
+    base = {"a": torch.randn(3, 4, generator=g), "b": torch.randn(5, generator=g)}
+    tau = {k: torch.randn(v.shape, generator=g) for k, v in base.items()}
+    out = {k: torch.empty_like(v) for k, v in base.items()}
+    assert task_arithmetic(base, tau, 0.7, out=out) is out
+    for k, v in task_arithmetic(base, tau, 0.7).items():
+        torch.testing.assert_close(out[k], v)

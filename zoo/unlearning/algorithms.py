@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -20,11 +20,15 @@ from zoo.unlearning.metrics import token_stats
 
 
 def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-            select: torch.Tensor | None = None):
+            select: torch.Tensor | Callable[[torch.Tensor], torch.Tensor] | None = None):
     """Token-mean NLL over the selected sequences, and the per-sequence MA of the same forward pass.
 
-    Returns (loss or None when nothing is selected, ma, number selected)."""
+    `select`: a boolean mask, or a function of the per-sequence MA returning one (SGA selects by the MA of this
+    very pass, so the token statistics are computed once). Returns (loss or None when nothing is selected, ma,
+    number selected)."""
     ma, nll_sum, ntok = token_stats(logits, input_ids, attention_mask)
+    if callable(select):
+        select = select(ma)
     if select is None:
         select = torch.ones_like(ma, dtype=torch.bool)
     k = int(select.sum())
@@ -54,13 +58,12 @@ def task_vector(finetuned: dict[str, torch.Tensor], base: dict[str, torch.Tensor
     return {n: finetuned[n] - base[n] for n in base}
 
 
-def task_arithmetic(base: dict[str, torch.Tensor], tau: dict[str, torch.Tensor], lam: float) -> dict[str, torch.Tensor]:
-    """theta_u = theta_0 - lambda * tau (negating the forget-set task)."""
-    return {n: base[n] - lam * tau[n] for n in base}
-
-
-@torch.no_grad()
-def load_params(model: torch.nn.Module, params: dict[str, torch.Tensor]) -> None:
-    named = dict(model.named_parameters())
-    for n, v in params.items():
-        named[n].copy_(v)
+def task_arithmetic(base: dict[str, torch.Tensor], tau: dict[str, torch.Tensor], lam: float,
+                    out: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """theta_u = theta_0 - lambda * tau (negating the forget-set task); written into `out` (e.g. the model's
+    parameters, under no_grad) when given, so no second copy of the model is made."""
+    if out is None:
+        return {n: base[n] - lam * tau[n] for n in base}
+    for n in base:
+        torch.sub(base[n], tau[n], alpha=lam, out=out[n])
+    return out

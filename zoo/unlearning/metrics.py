@@ -169,13 +169,14 @@ def _decode_rows(model, prefixes: list[list[int]], needs: list[int], max_rows: i
         if not chunk:
             continue
         P = max(len(prefixes[r]) for r in chunk)
-        ids = torch.zeros(len(chunk), P, dtype=torch.long, device=device)
-        mask = torch.zeros(len(chunk), P, dtype=torch.long, device=device)
+        ids = torch.zeros(len(chunk), P, dtype=torch.long)  # filled on the host, moved once
+        mask = torch.zeros(len(chunk), P, dtype=torch.long)
         for k, r in enumerate(chunk):
             L = len(prefixes[r])
-            ids[k, P - L:] = torch.tensor(prefixes[r], dtype=torch.long, device=device)
+            ids[k, P - L:] = torch.tensor(prefixes[r], dtype=torch.long)
             mask[k, P - L:] = 1
-        gen = greedy_decode(model, ids, mask, max(needs[r] for r in chunk), use_cache=use_cache).tolist()
+        gen = greedy_decode(model, ids.to(device), mask.to(device), max(needs[r] for r in chunk),
+                            use_cache=use_cache).tolist()
         for k, r in enumerate(chunk):
             out[r] = gen[k][:needs[r]]
     return out
@@ -183,7 +184,8 @@ def _decode_rows(model, prefixes: list[list[int]], needs: list[int], max_rows: i
 
 @torch.no_grad()
 def greedy_continuations(model: Callable, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                         max_rows: int = 1024, use_cache: bool = True, shortcut: bool = True) -> list[list[list[int]]]:
+                         max_rows: int = 1024, use_cache: bool = True, shortcut: bool = True,
+                         pred: torch.Tensor | None = None) -> list[list[list[int]]]:
     """For every sequence i of a right-padded batch and every prefix length t = 1..L_i-1, the greedy continuation
     of x_<t with L_i - t tokens (`out[i][t-1]`).
 
@@ -191,7 +193,9 @@ def greedy_continuations(model: Callable, input_ids: torch.Tensor, attention_mas
     `shortcut=True` gives the same continuations with far less decoding: greedy decoding from x_<t reproduces
     x_t, x_t+1, ... for as long as the teacher-forced argmax predictions are right, so it only departs from x at
     the first teacher-forced mistake m >= t, and from there on it is the same for every t <= m. One decode per
-    mistake position (from x_<m followed by the wrong token) serves all those prefixes."""
+    mistake position (from x_<m followed by the wrong token) serves all those prefixes.
+
+    `pred` (B, T-1): the teacher-forced argmax of a forward pass the caller already made (skips that pass)."""
     lengths = attention_mask.sum(1).tolist()
     seqs = [input_ids[i, :L].tolist() for i, L in enumerate(lengths)]
     dev = input_ids.device
@@ -203,8 +207,9 @@ def greedy_continuations(model: Callable, input_ids: torch.Tensor, attention_mas
         for (i, t), g in zip(rows, gen):
             out[i].append(g)
         return out
-    logits = _logits(model, input_ids, attention_mask)
-    pred = logits[:, :-1].argmax(-1).tolist()  # pred[i][j-1] = greedy next token after x_<j
+    if pred is None:
+        pred = _logits(model, input_ids, attention_mask)[:, :-1].argmax(-1)
+    pred = pred.tolist()  # pred[i][j-1] = greedy next token after x_<j
     mistakes = [[j for j in range(1, L) if pred[i][j - 1] != seqs[i][j]] for i, L in enumerate(lengths)]
     rows = [(i, m) for i in range(len(seqs)) for m in mistakes[i]]
     tails = _decode_rows(model, [seqs[i][:m] + [pred[i][m - 1]] for i, m in rows],
@@ -229,11 +234,12 @@ def greedy_continuations(model: Callable, input_ids: torch.Tensor, attention_mas
 
 @torch.no_grad()
 def extraction_likelihoods(model: Callable, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int = 10,
-                           max_rows: int = 1024, use_cache: bool = True, shortcut: bool = True) -> torch.Tensor:
-    """EL_n of every sequence of a right-padded batch (float64, (B,))."""
+                           max_rows: int = 1024, use_cache: bool = True, shortcut: bool = True,
+                           pred: torch.Tensor | None = None) -> torch.Tensor:
+    """EL_n of every sequence of a right-padded batch (float64, (B,)); `pred` as in `greedy_continuations`."""
     lengths = attention_mask.sum(1).tolist()
     check_window(lengths, n)
-    conts = greedy_continuations(model, input_ids, attention_mask, max_rows, use_cache, shortcut)
+    conts = greedy_continuations(model, input_ids, attention_mask, max_rows, use_cache, shortcut, pred)
     return torch.tensor([extraction_likelihood(input_ids[i, :L].tolist(), conts[i], n) for i, L in enumerate(lengths)],
                         dtype=torch.float64)
 
@@ -268,12 +274,15 @@ def score_sequences(model: Callable, input_ids: torch.Tensor, attention_mask: to
         for s in range(0, input_ids.shape[0], batch_size):
             ids = input_ids[s:s + batch_size].to(dev)
             mask = attention_mask[s:s + batch_size].to(dev)
-            ma, nll, ntok = token_stats(_logits(model, ids, mask), ids, mask)
+            logits = _logits(model, ids, mask)
+            ma, nll, ntok = token_stats(logits, ids, mask)
+            pred = logits[:, :-1].argmax(-1) if el_n else None  # EL_n's teacher-forced greedy tokens: same pass
+            del logits
             mas.append(ma.cpu())
             nlls.append((nll.double() / ntok.clamp(min=1)).cpu())
             ntoks.append(ntok.cpu())
             if el_n:
-                els.append(extraction_likelihoods(model, ids, mask, el_n, max_rows=max_rows).cpu())
+                els.append(extraction_likelihoods(model, ids, mask, el_n, max_rows=max_rows, pred=pred).cpu())
     finally:
         if module is not None:
             module.train(was_training)

@@ -27,7 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.lm import build_causal_lm
-from zoo.unlearning.algorithms import (gradient_ascent_loss, lm_loss, load_params, select_outliers, snapshot,
+from zoo.unlearning.algorithms import (gradient_ascent_loss, lm_loss, select_outliers, snapshot,
                                        task_arithmetic, task_vector)
 from zoo.unlearning.metrics import (SequenceScores, check_disjoint, check_window, count_outliers, score_sequences,
                                     unseen_threshold)
@@ -180,7 +180,8 @@ class UnlearningModule(HubMixin, L.LightningModule):
         if self.phase == "ascend":
             select = None
             if self.hparams.method != "ga":  # SGA: score g(x) = MA in this forward pass, ascend on outliers only
-                select = select_outliers(lm_loss(logits.detach(), ids, mask)[1], self.unlearning_thresholds()["ma"])
+                thr = self.unlearning_thresholds()["ma"]
+                select = lambda ma: select_outliers(ma, thr)  # noqa: E731
             loss, ma, k = gradient_ascent_loss(logits, ids, mask, select)
         else:
             select = self._selected[batch["index"].cpu()].to(ids.device)
@@ -200,10 +201,11 @@ class UnlearningModule(HubMixin, L.LightningModule):
     @torch.no_grad()
     def _subtract_task_vector(self) -> None:
         base = self._base
-        tau = task_vector(snapshot(self.model.named_parameters()), base)
+        params = {n: p.detach() for n, p in self.model.named_parameters()}  # views: written in place below
+        tau = task_vector(params, base)  # the only new copy of the model
         grid = self.hparams.ta_lambda_grid or [self.hparams.ta_lambda]
         for lam in sorted(grid):
-            load_params(self.model, task_arithmetic(base, tau, lam))
+            task_arithmetic(base, tau, lam, out=params)
             self._version += 1
             if self._target_met(final=False):
                 break
