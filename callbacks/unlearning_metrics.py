@@ -23,7 +23,7 @@ import lightning.pytorch as pl
 
 from zoo.errors import ZooError
 from zoo.unlearning.metrics import (SequenceScores, attack_auc, check_disjoint, check_window, count_outliers,
-                                    score_sequences, unseen_threshold)
+                                    score_sequences, unseen_thresholds)
 
 TABLE = "unlearning_metrics.csv"
 
@@ -70,10 +70,9 @@ class UnlearningMetrics(pl.Callback):
         if hasattr(pl_module, "unlearning_thresholds"):
             return pl_module.unlearning_thresholds()
         if self._thr is None:
-            if unseen_scores is None or unseen_scores.el is None:
+            if unseen_scores is None:
                 raise ZooError("thresholds need the unseen set scored with EL")
-            self._thr = {"ma": unseen_threshold(unseen_scores.ma, self.threshold_std),
-                         "el": unseen_threshold(unseen_scores.el, self.threshold_std)}
+            self._thr = unseen_thresholds(unseen_scores, self.threshold_std)
         return self._thr
 
     def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str, unseen_el: bool):

@@ -90,6 +90,13 @@ def unseen_threshold(unseen_scores: Sequence[float] | torch.Tensor, num_std: flo
     return float(s.mean() + num_std * std)
 
 
+def unseen_thresholds(unseen: SequenceScores, num_std: float = 0.0) -> dict[str, float]:
+    """gamma_MA and gamma_EL of a scored unseen set (scored with EL)."""
+    if unseen.el is None:
+        raise ZooError("thresholds need the unseen set scored with EL")
+    return {"ma": unseen_threshold(unseen.ma, num_std), "el": unseen_threshold(unseen.el, num_std)}
+
+
 def count_outliers(forget_scores: Sequence[float] | torch.Tensor, threshold: float) -> int:
     """c(D_f): forget sequences whose memorization score is still above the unseen threshold."""
     return int((torch.as_tensor(forget_scores, dtype=torch.float64) > threshold).sum())

@@ -23,7 +23,7 @@ import lightning as L
 import torch
 
 from datamodules.memorization import MemorizationDataModule
-from zoo.unlearning.metrics import attack_auc, count_outliers, score_sequences, unseen_threshold
+from zoo.unlearning.metrics import attack_auc, count_outliers, score_sequences, unseen_thresholds
 from zoo.unlearning.module import METHODS, TINY_GPT_NEO, UnlearningModule
 
 DATA = dict(tokenizer="byt5", seq_len=32, num_forget=16, num_unseen=16, num_heldout=16, num_background=1024,
@@ -51,7 +51,7 @@ def run(seeds: list[int], methods: list[str], out: Path, lr: float, max_epochs: 
         base = UnlearningModule(model=TINY, el_n=el_n)
         dm.memorize(base.model)
         su = score_sequences(base.model, dm.unseen_set.input_ids, dm.unseen_set.attention_mask, el_n)
-        thr = {"ma": unseen_threshold(su.ma, threshold_std), "el": unseen_threshold(su.el, threshold_std)}
+        thr = unseen_thresholds(su, threshold_std)
         r0 = {"seed": seed, "method": "none (memorized)", "epochs": 0, **evaluate(base.model, dm, thr, el_n)}
         rows.append(r0)
         print(r0, flush=True)
