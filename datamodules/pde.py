@@ -37,6 +37,16 @@ def to_tensors(data: PDEData) -> TensorDataset:
     return TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(data.u[:, None], dtype=torch.float32))
 
 
+def normalization_stats(ds: TensorDataset) -> dict[str, torch.Tensor]:
+    """Per-channel input mean/std and output std of an (a, f) -> u tensor dataset (the model's normaliser)."""
+    x, y = ds.tensors
+    return {
+        "in_mean": x.mean(dim=(0, 2, 3)),
+        "in_std": x.std(dim=(0, 2, 3)).clamp_min(1e-8),
+        "out_std": y.std().clamp_min(1e-12).reshape(1),
+    }
+
+
 class PDEDataModule(L.LightningDataModule):
     """Args:
     problem: ``darcy`` | ``helmholtz`` | ``diffusion`` (paper, Appendix B.2).
@@ -156,12 +166,7 @@ class PDEDataModule(L.LightningDataModule):
         """Per-channel input mean/std and output std of the training set (used by the model's normaliser)."""
         if "train" not in self._sets:
             self.setup("fit")
-        x, y = self._sets["train"].tensors
-        return {
-            "in_mean": x.mean(dim=(0, 2, 3)),
-            "in_std": x.std(dim=(0, 2, 3)).clamp_min(1e-8),
-            "out_std": y.std().clamp_min(1e-12).reshape(1),
-        }
+        return normalization_stats(self._sets["train"])
 
     # -------------------------------------------------------------------------------------------- loaders
     def _loader(self, split: str, shuffle: bool = False) -> DataLoader:

@@ -51,14 +51,11 @@ class Problem:
     n_basis: int  # paper: 30 / 50 / 50 basis solutions (Appendix B.2)
     coefficients: Callable[[np.random.Generator, int, int], np.ndarray]  # (rng, n, s) -> (n, C, s, s)
     source: Callable[[np.random.Generator, int, int], np.ndarray]  # (rng, n, s) -> (n, s, s)
+    fields: Callable[[np.ndarray], tuple]  # coefficient channels -> (c, q) of A(c, q)
 
     def operator_fields(self, a: np.ndarray):
         """(c, q) of A(c, q) from coefficient channels ``a`` (C, s, s) or a batch (C, m, s, s)."""
-        if self.name == "darcy":
-            return a[0], None
-        if self.name == "helmholtz":
-            return np.ones_like(a[0]), a[0]
-        return a[0], a[1]  # diffusion: k, q
+        return self.fields(a)
 
     def operator(self, a: np.ndarray):
         c, q = self.operator_fields(a)
@@ -98,9 +95,11 @@ def _diffusion_source(rng, n, s):  # f = GRF(tau=3, alpha=2), B.2.3
 
 
 PROBLEMS: dict[str, Problem] = {
-    "darcy": Problem("darcy", ("K",), 1.0, 102, 30, _darcy_coef, _darcy_source),
-    "helmholtz": Problem("helmholtz", ("k2",), -1.0, 152, 50, _helmholtz_coef, _helmholtz_source),
-    "diffusion": Problem("diffusion", ("k", "q"), -1.0, 252, 50, _diffusion_coef, _diffusion_source),
+    "darcy": Problem("darcy", ("K",), 1.0, 102, 30, _darcy_coef, _darcy_source, lambda a: (a[0], None)),
+    "helmholtz": Problem("helmholtz", ("k2",), -1.0, 152, 50, _helmholtz_coef, _helmholtz_source,
+                         lambda a: (np.ones_like(a[0]), a[0])),  # c = 1, q = k^2
+    "diffusion": Problem("diffusion", ("k", "q"), -1.0, 252, 50, _diffusion_coef, _diffusion_source,
+                         lambda a: (a[0], a[1])),  # c = k, q = q
 }
 
 
@@ -370,9 +369,6 @@ def generate(problem: str, method: str, n_samples: int, grid_size: int | None = 
     if method == "diffoas":
         return generate_diffoas(problem, n_samples, grid_size, **kw)
     if method in ("gmres", "direct"):
-        kw.pop("n_basis", None)
-        kw.pop("noise_scale", None)
-        kw.pop("action", None)
         return generate_solver(problem, n_samples, grid_size, solver=method, **kw)
     raise ZooError(f"unknown generation method {method!r}: choose 'diffoas', 'gmres' or 'direct'")
 

@@ -19,12 +19,9 @@ from zoo.errors import ZooError
 
 
 def wavenumbers(s: int) -> np.ndarray:
-    """FFT-ordered integer wavenumbers 0..s//2-1, -s//2..-1 (as in the official sampler; length s for even s)."""
-    k_max = s // 2
-    k = np.concatenate([np.arange(0, k_max), np.arange(-k_max, 0)])
-    if k.size != s:  # odd s: the official construction assumes an even grid; use numpy's ordering instead
-        k = np.fft.fftfreq(s, d=1.0 / s).astype(np.int64)
-    return k
+    """FFT-ordered integer wavenumbers: 0..s//2-1, -s//2..-1 for even s (the official sampler's), and numpy's
+    FFT order for odd s."""
+    return np.fft.ifftshift(np.arange(s) - s // 2)
 
 
 def sqrt_eigenvalues(s: int, alpha: float, tau: float) -> np.ndarray:

@@ -23,7 +23,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from datamodules.pde import TEST_SEED_OFFSET, to_tensors
+from datamodules.pde import TEST_SEED_OFFSET, normalization_stats, to_tensors
 from zoo.diffoas.generate import generate_diffoas, generate_solver
 from zoo.diffoas.models import relative_l2
 from zoo.diffoas.module import NeuralOperatorModule
@@ -35,17 +35,11 @@ def timed(fn):
     return out, time.process_time() - c, time.perf_counter() - w
 
 
-def stats_of(ds):
-    x, y = ds.tensors
-    return {"in_mean": x.mean(dim=(0, 2, 3)), "in_std": x.std(dim=(0, 2, 3)).clamp_min(1e-8),
-            "out_std": y.std().reshape(1)}
-
-
 def train_and_test(train_ds, test_ds, args, seed: int) -> float:
     L.seed_everything(seed, verbose=False)
     model = NeuralOperatorModule(model="fno", in_channels=2, grid_size=args.grid, modes=args.modes, width=32,
                                  n_layers=4, lr=1e-3, step_size=max(1, args.epochs // 2))
-    model.set_normalization(stats_of(train_ds))
+    model.set_normalization(normalization_stats(train_ds))
     trainer = L.Trainer(max_epochs=args.epochs, accelerator="cpu", devices=1, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, DataLoader(train_ds, batch_size=20, shuffle=True))
