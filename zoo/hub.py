@@ -17,6 +17,7 @@ import yaml
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from zoo.configs import load_yaml
 from zoo.errors import ZooError
 
 WEIGHTS = "model.safetensors"
@@ -63,6 +64,11 @@ class HubMixin:
 
     def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Called before `load_state_dict`, e.g. to allocate tensors whose shape depends on training."""
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Lightning's hook before a checkpoint's weights are loaded (resume, `zoo test --ckpt_path`, push): the same
+        preparation as for Hub weights."""
+        self.prepare_state_dict_load(checkpoint["state_dict"])
 
     def hub_config(self) -> dict[str, Any]:
         cls = type(self)
@@ -145,8 +151,6 @@ def _local_or_download(repo_or_dir: str | Path, revision: str | None, endpoint: 
 def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoint: str | None = None,
                     expected: type | None = None, **overrides: Any):
     """The module stored in a local dir or Hub repo (class from its config.yaml)."""
-    import lightning.pytorch as pl
-
     local = _local_or_download(repo_or_dir, revision, endpoint)
     pickles = [p.name for p in local.iterdir() if p.suffix in PICKLE_SUFFIXES]
     if not (local / WEIGHTS).exists():
@@ -154,16 +158,9 @@ def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoi
         raise ZooError(f"{repo_or_dir} has {what}; zoo loads safetensors only and never unpickles")
     if not (local / CONFIG).exists():
         raise ZooError(f"{repo_or_dir} has no {CONFIG}; cannot rebuild the module")
-    cfg = yaml.safe_load((local / CONFIG).read_text()) or {}
-    model_cfg = cfg.get("model", cfg)
-    if "class_path" not in model_cfg:
-        raise ZooError(f"{local / CONFIG} has no model.class_path")
-    cls = import_class(model_cfg["class_path"])
-    if not (isinstance(cls, type) and issubclass(cls, pl.LightningModule)):
-        raise ZooError(f"{model_cfg['class_path']} is not a LightningModule")
-    if expected is not None and expected is not HubMixin and not issubclass(cls, expected):
-        raise ZooError(f"{repo_or_dir} holds a {cls.__name__}, not a {expected.__name__}")
-    module = cls(**{**(model_cfg.get("init_args") or {}), **overrides})
+    cfg = load_yaml(local / CONFIG)
+    module = _instantiate(cfg.get("model", cfg), local / CONFIG, repo_or_dir, expected, **overrides)
+    cls = type(module)
     state = load_state_dict_file(local / WEIGHTS)
     module.prepare_state_dict_load(state)
     strict = getattr(module, "hub_strict", True)
@@ -176,12 +173,35 @@ def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoi
     return module.eval()
 
 
+def _instantiate(model_cfg: dict, config_path: Path, source: Any, expected: type | None = None, **overrides: Any):
+    """The LightningModule a config's ``{class_path, init_args}`` describes (init_args updated by `overrides`)."""
+    import lightning.pytorch as pl
+
+    if "class_path" not in model_cfg:
+        raise ZooError(f"{config_path} has no model.class_path")
+    cls = import_class(model_cfg["class_path"])
+    if not (isinstance(cls, type) and issubclass(cls, pl.LightningModule)):
+        raise ZooError(f"{model_cfg['class_path']} is not a LightningModule")
+    if expected is not None and expected is not HubMixin and not issubclass(cls, expected):
+        raise ZooError(f"{source} holds a {cls.__name__}, not a {expected.__name__}")
+    return cls(**{**(model_cfg.get("init_args") or {}), **overrides})
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A local Lightning checkpoint, loaded weights-only (no arbitrary unpickling); it must hold a state_dict."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling refusal means the file is not plain tensors
+        raise ZooError(f"checkpoint {path} cannot be loaded weights-only ({type(e).__name__}: {e})") from e
+    if not isinstance(payload, dict) or "state_dict" not in payload:
+        raise ZooError(f"checkpoint {path} has no state_dict")
+    return payload
+
+
 # -- commands ------------------------------------------------------------------------------------------
 
 def module_from_run(run_dir: str | Path, checkpoint: str = "last"):
     """Rebuild a run's module from its config.yaml and a checkpoint's weights (loaded weights-only)."""
-    from zoo.configs import load_yaml
-
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
         raise ZooError(f"{run_dir} is not a run dir (no config.yaml)")
@@ -194,17 +214,10 @@ def module_from_run(run_dir: str | Path, checkpoint: str = "last"):
         ckpt = best[-1] if best else ckpt
     if not ckpt.exists():
         raise ZooError(f"checkpoint {ckpt} does not exist")
-    model_cfg = load_yaml(run_dir / "config.yaml").get("model") or {}
-    cls = import_class(model_cfg["class_path"])
-    module = cls(**(model_cfg.get("init_args") or {}))
-    try:
-        payload = torch.load(ckpt, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unpickling refusal means the file is not plain tensors
-        raise ZooError(f"checkpoint {ckpt} cannot be loaded weights-only ({type(e).__name__}: {e})") from e
-    state = payload["state_dict"]
+    module = _instantiate(load_yaml(run_dir / "config.yaml").get("model") or {}, run_dir / "config.yaml", run_dir)
+    payload = load_checkpoint(ckpt)
     module.on_load_checkpoint(payload)  # modules whose state shape depends on training restore it here
-    module.prepare_state_dict_load(state)
-    module.load_state_dict(state, strict=getattr(module, "hub_strict", True))
+    module.load_state_dict(payload["state_dict"], strict=getattr(module, "hub_strict", True))
     return module
 
 

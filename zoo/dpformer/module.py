@@ -86,15 +86,9 @@ class DPSASRecModule(HubMixin, pl.LightningModule):
         elif self.model is None:
             raise ZooError("DPSASRecModule: num_items is unset and no data module provides it")
 
-    def _build_from_state(self, state_dict: dict) -> None:
-        if self.model is None:
-            self._build(state_dict["model.item_emb.weight"].shape[0] - 1)
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self._build_from_state(checkpoint["state_dict"])
-
     def prepare_state_dict_load(self, state_dict: dict) -> None:
-        self._build_from_state(state_dict)
+        if self.model is None:  # built lazily from the data: the checkpoint's item table gives its size
+            self._build(state_dict["model.item_emb.weight"].shape[0] - 1)
 
     def on_dp_noise(self, noise_multiplier: float, max_grad_norm: float, expected_batch_size: float) -> None:
         """Called by DPClipping: the averaged gradient's noise std σC/B sets Re-Attention's variances."""

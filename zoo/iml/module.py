@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.errors import ZooError
-from zoo.hub import WEIGHTS, HubMixin, load_state_dict_file
+from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
 from zoo.lm import build_causal_lm, load_tokenizer
 
 TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -49,14 +49,7 @@ def load_init_state(init_from: str) -> dict[str, torch.Tensor]:
     p = resolve_init_path(init_from)
     if p.suffix == ".safetensors":
         return load_state_dict_file(p)
-    try:
-        # our own local Lightning checkpoint (never a Hub download): weights only, no arbitrary unpickling
-        ckpt = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not a plain checkpoint"
-        raise ZooError(f"init_from {str(p)!r} is not a readable Lightning checkpoint ({type(e).__name__})") from e
-    if "state_dict" not in ckpt:
-        raise ZooError(f"init_from {str(p)!r} has no state_dict")
-    return ckpt["state_dict"]
+    return load_checkpoint(p)["state_dict"]  # our own local Lightning checkpoint: weights only
 
 
 def appends_eos(tokenizer) -> bool:

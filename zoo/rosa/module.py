@@ -138,9 +138,6 @@ class CausalLMFinetune(HubMixin, L.LightningModule):
         if self.base_name is not None:
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if self.is_adapter_key(k)}
 
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.prepare_state_dict_load(checkpoint["state_dict"])
-
     def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
         mine = self.state_dict()
         missing = [k for k in mine if self.is_adapter_key(k) and k not in state_dict]
