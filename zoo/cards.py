@@ -12,7 +12,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from zoo.errors import ZooError
-from zoo.registry import PAPERS, ROOT
+from zoo.registry import PAPERS
 from zoo.rundir import read_summary
 
 RESULTS_HEADING = "## Results of this run"
@@ -20,7 +20,7 @@ _STAGES = ("test", "validate", "fit")
 
 
 def _template(paper_id: str | None) -> ModelCard:
-    path = ROOT / "cards" / f"{paper_id}.md" if paper_id else None
+    path = PAPERS[paper_id].card if paper_id in PAPERS else None
     if path is not None and path.exists():
         return ModelCard(path.read_text())
     title = PAPERS[paper_id].title if paper_id in PAPERS else "zoo model"

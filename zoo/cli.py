@@ -11,7 +11,11 @@ import os
 import sys
 
 TRAINER_VERBS = ("fit", "validate", "test", "predict")
-FUNCTION_VERBS = ("list", "push", "pull", "card", "compare", "cruxeval-score")
+# function verbs -> (module, function); only the chosen one is imported (`zoo list` needs no torch)
+FUNCTIONS = {"list": ("zoo.registry", "list_zoo"), "push": ("zoo.hub", "push"), "pull": ("zoo.hub", "pull"),
+             "card": ("zoo.cards", "card"), "compare": ("zoo.compare", "compare"),
+             "cruxeval-score": ("zoo.cruxeval", "score_generations")}
+FUNCTION_VERBS = tuple(FUNCTIONS)
 
 USAGE = """usage: zoo <command> [options]
 
@@ -82,17 +86,12 @@ def _run_trainer(argv: list[str] | None) -> int:
 
 
 def _run_function(argv: list[str]) -> int:
+    import importlib
+
     from jsonargparse import CLI
 
-    from zoo.cards import card
-    from zoo.compare import compare
-    from zoo.cruxeval import score_generations
-    from zoo.hub import pull, push
-    from zoo.registry import list_zoo
-
-    CLI({"list": list_zoo, "push": push, "pull": pull, "card": card, "compare": compare,
-         "cruxeval-score": score_generations},
-        args=argv, prog="zoo", exit_on_error=False)
+    module, name = FUNCTIONS[argv[0]]
+    CLI({argv[0]: getattr(importlib.import_module(module), name)}, args=argv, prog="zoo", exit_on_error=False)
     return 0
 
 

@@ -7,11 +7,10 @@ card, tests, configs and smoke twins; ``tests/test_registry.py`` enforces it.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HUB_ORG = "zoo-icml24"
 
 
 @dataclass(frozen=True)
@@ -27,15 +26,10 @@ class Paper:
     configs: tuple[str, ...] = ()  # stems under configs/; each has a twin under configs/smoke/
     # Verbs the smoke test runs for each config; evaluation-only papers skip `fit`.
     smoke_verbs: tuple[str, ...] = ("fit", "test")
-    extra: dict = field(default_factory=dict, compare=False)
 
     @property
     def card(self) -> Path:
         return ROOT / "cards" / f"{self.id}.md"
-
-    @property
-    def hub_repo(self) -> str:
-        return f"{HUB_ORG}/{self.id}"
 
     def config_path(self, stem: str, smoke: bool = False) -> Path:
         return ROOT / "configs" / ("smoke" if smoke else "") / f"{stem}.yaml"
@@ -153,14 +147,6 @@ PAPERS: dict[str, Paper] = {
 }
 
 
-def get_paper(paper_id: str) -> Paper:
-    from zoo.errors import ZooError
-
-    if paper_id not in PAPERS:
-        raise ZooError(f"unknown paper id {paper_id!r}; known: {', '.join(sorted(PAPERS))}")
-    return PAPERS[paper_id]
-
-
 def paper_of_class(class_path: str) -> Paper | None:
     """The paper a class path belongs to: `zoo.<id>.X` or any class listed in an entry."""
     parts = class_path.split(".")
@@ -168,14 +154,6 @@ def paper_of_class(class_path: str) -> Paper | None:
         return PAPERS[parts[1]]
     for p in PAPERS.values():
         if class_path in p.modules + p.datamodules + p.callbacks:
-            return p
-    return None
-
-
-def paper_of_config(config: str | Path) -> Paper | None:
-    stem = Path(config).stem
-    for p in PAPERS.values():
-        if stem in p.configs:
             return p
     return None
 
