@@ -19,9 +19,7 @@ Any LightningModule that tokenizes ``batch["text"]`` in its steps works; any dat
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import random
 import string
 from collections import defaultdict
@@ -35,6 +33,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from zoo.errors import ZooError
 from zoo.iml.metrics import em_f1
 from zoo.lm import generate
+from zoo.rundir import newest_match
 
 TAGS_FILE = "iml_tags.json"
 
@@ -126,13 +125,8 @@ class IMLTagging(L.Callback):
         drawn = draw_tags(list(self.requested), self.tag_length, self.seed)
         tags = {s: (t if t is not None else drawn[s]) for s, t in self.requested.items()}
         if self.tags_from:
-            path = self.tags_from
-            if any(c in path for c in "*?["):  # a glob picks the newest match (e.g. runs/<stage1>/*)
-                matches = sorted(glob.glob(path), key=os.path.getmtime)
-                if not matches:
-                    raise ZooError(f"IMLTagging: tags_from {path!r} matches nothing; run the earlier stage first")
-                path = matches[-1]
-            p = Path(path)
+            # a glob picks the newest match (e.g. runs/<stage1>/*)
+            p = Path(newest_match(self.tags_from, "IMLTagging: tags_from", "run the earlier stage first"))
             p = p / TAGS_FILE if p.is_dir() else p
             if p.is_dir() or not p.is_file():
                 raise ZooError(f"IMLTagging: tags_from {self.tags_from!r} has no {TAGS_FILE}")
@@ -219,7 +213,7 @@ class IMLTagging(L.Callback):
     def on_test_epoch_end(self, trainer, pl_module) -> None:
         self._log(trainer, pl_module, "test")
 
-    def _log(self, trainer, pl_module, prefix: str) -> dict[str, float]:
+    def _log(self, trainer, pl_module, prefix: str) -> None:
         rows = self._rows
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             gathered: list = [None] * torch.distributed.get_world_size()
@@ -234,8 +228,6 @@ class IMLTagging(L.Callback):
             with path.open("w") as f:
                 for r in rows:
                     f.write(json.dumps(r) + "\n")
-        self.last_metrics = metrics
-        return metrics
 
 
 def subset_metrics(rows: list[dict], effect: tuple[str, str] = ("d1consis", "d2consis")) -> dict[str, float]:

@@ -112,7 +112,8 @@ class IMLDataModule(L.LightningDataModule):
         return {k: v[:cap] if cap else v for k, v in sets.items()}
 
     def eval_records(self) -> list[dict]:
-        return [r for k in sorted(self.eval_sets) for r in self.eval_sets[k]]
+        sets = self.eval_sets  # a property: built once here
+        return [r for k in sorted(sets) for r in sets[k]]
 
     def train_dataloader(self) -> DataLoader:
         g = torch.Generator().manual_seed(self.hparams.seed)

@@ -11,13 +11,27 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+from zoo.errors import ZooError
+
 RUN_DIR_ENV = "ZOO_RUN_DIR"  # how DDP worker processes (re-launched commands) find rank 0's run dir
+
+
+def newest_match(path: str, what: str, hint: str) -> str:
+    """`path` itself, or, if it is a glob (e.g. ``runs/<stage1>/*/checkpoints/last.ckpt``), its newest match.
+    `what` names the setting and `hint` says what to do in the error when nothing matches."""
+    if not any(c in path for c in "*?["):
+        return path
+    matches = sorted(glob.glob(path), key=os.path.getmtime)
+    if not matches:
+        raise ZooError(f"{what} {path!r} matches nothing; {hint}")
+    return matches[-1]
 
 
 def new_run_dir(root: str | Path, name: str) -> Path:

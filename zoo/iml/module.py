@@ -8,8 +8,6 @@ uses this module's `model` and `tokenizer`.
 
 from __future__ import annotations
 
-import glob
-import os
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -20,6 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from zoo.errors import ZooError
 from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
 from zoo.lm import build_causal_lm, load_tokenizer
+from zoo.rundir import newest_match
 
 TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 256, "max_position_embeddings": 128, "rotary_pct": 0.25}
@@ -28,13 +27,7 @@ TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers
 def resolve_init_path(init_from: str) -> Path:
     """A checkpoint file, a HubMixin directory (model.safetensors) or a run directory (checkpoints/last.ckpt).
     A glob picks the newest match, e.g. ``runs/iml_cvdb_stage1/*/checkpoints/last.ckpt``."""
-    path = init_from
-    if any(c in path for c in "*?["):
-        matches = sorted(glob.glob(path), key=os.path.getmtime)
-        if not matches:
-            raise ZooError(f"init_from {init_from!r} matches nothing; run stage 1 first")
-        path = matches[-1]
-    p = Path(path)
+    p = Path(newest_match(init_from, "init_from", "run stage 1 first"))
     if p.is_dir():
         for cand in (p / WEIGHTS, p / "checkpoints" / "last.ckpt"):
             if cand.is_file():
@@ -66,11 +59,18 @@ def without_auto_eos(tokenizer):
     return tokenizer
 
 
-def encode_for_lm(tokenizer, texts: list[str], block_size: int) -> dict[str, torch.Tensor]:
+def eos_to_append(tokenizer) -> bool:
+    """Whether documents need an explicit EOS id (the tokenizer neither adds one itself nor lacks one)."""
+    return not appends_eos(tokenizer) and tokenizer.eos_token_id is not None
+
+
+def encode_for_lm(tokenizer, texts: list[str], block_size: int, add_eos: bool | None = None) -> dict[str, torch.Tensor]:
     """Full-text LM targets (no prompt masking, as in the paper); each document ends in EOS so greedy answers
     learn to stop; right padding is masked (the official code pads with EOS and trains on the padding too).
-    EOS is appended as an id: as a "</s>" string some tokenizers strip the newline before it."""
-    add_eos = not appends_eos(tokenizer) and tokenizer.eos_token_id is not None
+    EOS is appended as an id: as a "</s>" string some tokenizers strip the newline before it. `add_eos`:
+    `eos_to_append(tokenizer)`, passed by callers that encode every step (it runs the tokenizer once)."""
+    if add_eos is None:
+        add_eos = eos_to_append(tokenizer)
     rows = []
     for ids in tokenizer(list(texts))["input_ids"]:
         ids = list(ids) + ([tokenizer.eos_token_id] if add_eos else [])
@@ -114,6 +114,7 @@ class IMLModule(HubMixin, L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.tokenizer = without_auto_eos(load_tokenizer(tokenizer))
+        self._add_eos = eos_to_append(self.tokenizer)  # fixed per tokenizer: not re-asked every step
         if isinstance(model, dict):
             cfg = dict(model)
             cfg.setdefault("vocab_size", len(self.tokenizer))
@@ -129,7 +130,8 @@ class IMLModule(HubMixin, L.LightningModule):
     # ------------------------------------------------------------------ data -> tensors
 
     def encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
-        return {k: v.to(self.device) for k, v in encode_for_lm(self.tokenizer, texts, self.hparams.block_size).items()}
+        batch = encode_for_lm(self.tokenizer, texts, self.hparams.block_size, self._add_eos)
+        return {k: v.to(self.device) for k, v in batch.items()}
 
     def lm_loss(self, texts: list[str]) -> torch.Tensor:
         return self.model(**self.encode(texts)).loss
@@ -138,7 +140,8 @@ class IMLModule(HubMixin, L.LightningModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.hparams.init_from:
-            state = load_init_state(self.hparams.init_from)
+            path = resolve_init_path(self.hparams.init_from)  # once: a glob could pick a newer run later
+            state = load_init_state(str(path))
             self.prepare_state_dict_load(state)
             own = self.state_dict()
             missing = [k for k in own if k not in state]
@@ -149,7 +152,7 @@ class IMLModule(HubMixin, L.LightningModule):
                                f"missing, {len(unexpected)} unexpected, {len(reshaped)} differently shaped weights "
                                f"(e.g. {(reshaped or missing or unexpected)[0]})")
             self.load_state_dict(state)
-            rank_zero_info(f"IMLModule: initialised from {resolve_init_path(self.hparams.init_from)}")
+            rank_zero_info(f"IMLModule: initialised from {path}")
 
     def training_step(self, batch, batch_idx):
         loss = self.lm_loss(batch["text"])
