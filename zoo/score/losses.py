@@ -94,11 +94,12 @@ def _check_delta(delta: float) -> None:
 
 
 def flatten_views(features: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, n_views, d] -> [n_views * B, d] view-major (view 0 of all images first), labels repeated.
+    """[B, n_views, ...] -> [n_views * B, ...] view-major (view 0 of all images first), labels repeated: features
+    [B, n_views, d] or images [B, n_views, C, H, W].
 
     This is the ordering of SupCon's and SCoRe's official code (torch.cat(torch.unbind(x, 1))).
     """
-    if features.dim() != 3:
+    if features.dim() < 3:
         raise ZooError(f"expected features [batch, views, dim], got shape {tuple(features.shape)}")
     if labels.shape[0] != features.shape[0]:
         raise ZooError(f"{labels.shape[0]} labels for a batch of {features.shape[0]} images")

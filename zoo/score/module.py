@@ -21,7 +21,8 @@ from torchmetrics import Metric
 
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
-from zoo.score.losses import OBJECTIVES, SCoReLoss
+from datamodules.cifar_lt import shot_groups
+from zoo.score.losses import OBJECTIVES, SCoReLoss, flatten_views
 from zoo.score.model import SCoReNet
 
 
@@ -52,9 +53,8 @@ def long_tail_metrics(correct: torch.Tensor, total: torch.Tensor, train_counts=N
     out = {"acc": (correct.sum() / total.sum().clamp(min=1)).item(),
            "acc_balanced": per_class[present].mean().item() if present.any() else float("nan")}
     if train_counts is not None:
-        for group, test in (("many", lambda n: n > many), ("medium", lambda n: few <= n <= many),
-                            ("few", lambda n: n < few)):
-            idx = [c for c, n in enumerate(train_counts) if test(n) and present[c]]
+        for group, classes in shot_groups(train_counts, many, few).items():
+            idx = [c for c in classes if present[c]]
             if idx:
                 out[f"acc_{group}"] = per_class[idx].mean().item()
     return out | {f"acc_class_{c}": v.item() for c, v in enumerate(per_class)}
@@ -137,8 +137,7 @@ class SCoReModule(HubMixin, L.LightningModule):
             loss = F.cross_entropy(self.net.classifier(h), y)
             self.log("train/ce", loss, prog_bar=True)
         else:
-            xs = torch.cat(x.unbind(1)) if n_views > 1 else x  # view-major, as losses.flatten_views
-            ys = y.repeat(n_views)
+            xs, ys = flatten_views(x, y) if x.dim() == 5 else (x, y)
             h = self.net.encoder(xs)
             loss = 0.0
             if self.criterion is not None:
