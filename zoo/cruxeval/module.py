@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional, Union
 import lightning as L
 
 from zoo.cruxeval.prompts import STOP_WORDS, make_prompt
-from zoo.cruxeval.scoring import extract_answer, row_problem, score_answers
+from zoo.cruxeval.scoring import extract_answers, row_problem, score_answers
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.lm import build_causal_lm, generate, load_tokenizer
@@ -97,11 +97,11 @@ class CRUXEvalModule(HubMixin, L.LightningModule):
         """Generate, parse and execute: one record per row (id, completions, answers, verdicts, pass@k)."""
         hp = self.hparams
         completions = self.complete(rows)
-        answers, reasons = [], {}
-        for i, (row, comps) in enumerate(zip(rows, completions)):
-            parsed = [extract_answer(c, hp.mode, hp.cot) for c in (comps or [])]
-            answers.append([a for a, _ in parsed] if comps is not None else None)
-            reasons[str(row.get("id", f"row_{i}")) if isinstance(row, dict) else f"row_{i}"] = [r for _, r in parsed]
+        answers, reasons = [], []  # in row order, as score_answers takes them
+        for comps in completions:
+            a, r = extract_answers(comps or [], hp.mode, hp.cot)
+            answers.append(a if comps is not None else None)
+            reasons.append(r)
         results = score_answers(rows, answers, hp.mode, self.sandbox, self.ks, reasons)
         return [{**res.to_dict(), "completions": comps} for res, comps in zip(results, completions)]
 

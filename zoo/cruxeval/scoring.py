@@ -124,10 +124,16 @@ def _verdict_dict(v: Verdict) -> dict[str, Any]:
     return {"passed": v.passed, "status": v.status, "reason": v.reason}
 
 
+def extract_answers(completions: Sequence[str], mode: Mode, cot: bool = False) -> tuple[list, list[str]]:
+    """``extract_answer`` of every completion of one row: (answers, reasons)."""
+    parsed = [extract_answer(c, mode, cot) for c in completions]
+    return [a for a, _ in parsed], [r for _, r in parsed]
+
+
 def score_answers(rows: Sequence[Mapping[str, Any]], answers: Mapping[str, Sequence[str | None]] | Sequence[
         Sequence[str | None]], mode: Mode, sandbox: Sandbox, ks: Iterable[int] = (1, 5),
-        reasons: Mapping[str, Sequence[str]] | None = None) -> list[SampleResult]:
-    """Execute every (row, answer) check in the sandbox; ``answers`` by row id or in row order.
+        reasons: Mapping[str, Sequence[str]] | Sequence[Sequence[str]] | None = None) -> list[SampleResult]:
+    """Execute every (row, answer) check in the sandbox; ``answers`` (and ``reasons``) by row id or in row order.
 
     ``None`` answers count as failed; ``reasons`` (same shape) says why they are None."""
     if mode not in ("output", "input"):
@@ -142,7 +148,10 @@ def score_answers(rows: Sequence[Mapping[str, Any]], answers: Mapping[str, Seque
             cand = answers.get(rid)
         else:
             cand = answers[i] if i < len(answers) else None
-        why = list(reasons.get(rid, ())) if isinstance(reasons, Mapping) else []
+        if isinstance(reasons, Mapping):
+            why = list(reasons.get(rid, ()))
+        else:
+            why = list(reasons[i]) if reasons is not None and i < len(reasons) else []
         problem = row_problem(row)
         if problem is None and (cand is None or isinstance(cand, str) or not isinstance(cand, Sequence)):
             problem = f"no list of generations for {rid}"
@@ -252,9 +261,7 @@ def score_generations(generations: str | Path | dict[str, list[str]], mode: Mode
     if raw:
         answers, reasons = {}, {}
         for rid, cands in generations.items():
-            parsed = [extract_answer(c, mode, cot) for c in (cands if isinstance(cands, list) else [])]
-            answers[rid] = [a for a, _ in parsed]
-            reasons[rid] = [r for _, r in parsed]
+            answers[rid], reasons[rid] = extract_answers(cands if isinstance(cands, list) else [], mode, cot)
     with Sandbox(workers=workers, cpu_seconds=cpu_seconds, wall_timeout=wall_timeout, memory_mb=memory_mb) as sb:
         results = score_answers(rows, answers, mode, sb, ks, reasons)
     metrics = summarize(results, ks)
