@@ -105,3 +105,17 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sampl
     texts = [truncate_at_stop(t, stop) for t in texts]
     k = num_return_sequences
     return [texts[i * k:(i + 1) * k] for i in range(len(prompts))]
+
+
+def linear_warmup_decay(warmup_steps: int, total_steps: int, decay: bool = True):
+    """A LambdaLR factor: linear warm-up over `warmup_steps`, then linear decay to 0 at `total_steps` (composer's
+    `linear_decay_with_warmup` with alpha_f=0, RoSA's schedule), or constant when `decay` is False."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        if not decay:
+            return 1.0
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor

@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.errors import ZooError
 from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
-from zoo.lm import build_causal_lm, load_tokenizer
+from zoo.lm import build_causal_lm, linear_warmup_decay, load_tokenizer
 from zoo.rundir import newest_match
 
 TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -183,15 +183,7 @@ class IMLModule(HubMixin, L.LightningModule):
         else:
             raise ZooError(f"unknown optimizer {hp.optimizer!r}; use 'adafactor' or 'adamw'")
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warm = hp.warmup_steps
-
-        def factor(step: int) -> float:
-            if warm and step < warm:
-                return (step + 1) / warm
-            if hp.lr_schedule == "constant":
-                return 1.0
-            return max(0.0, (total - step) / max(1, total - warm))
-
+        factor = linear_warmup_decay(hp.warmup_steps, total, decay=hp.lr_schedule != "constant")
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 

@@ -29,21 +29,10 @@ from lightning.pytorch.utilities import rank_zero_info
 from datamodules.gsm8k import STOP_STRINGS, GSM8KExactMatch
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
-from zoo.lm import build_causal_lm, generate, load_tokenizer
+from zoo.lm import build_causal_lm, generate, linear_warmup_decay, load_tokenizer
 from zoo.rosa.mask import ALL_LINEAR, apply_rosa, check_density, load_mask, rosa_layers, save_mask
 
 ADAPTER_KEYS = ("lora_A", "lora_B", "sparse_values", "sparse_index", "sparse_ready")
-
-
-def linear_warmup_decay(warmup_steps: int, total_steps: int):
-    """composer's `linear_decay_with_warmup` (t_warmup=20ba, alpha_f=0) as a LambdaLR factor."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / max(1, warmup_steps)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return factor
 
 
 class CausalLMFinetune(HubMixin, L.LightningModule):
