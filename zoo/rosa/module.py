@@ -45,7 +45,7 @@ class CausalLMFinetune(HubMixin, L.LightningModule):
     def hub_strict(self) -> bool:  # named bases publish adapters only (see the module docstring)
         return self.base_name is None
 
-    def _init_common(self, model, tokenizer, torch_dtype):
+    def _init_common(self, model, tokenizer):
         self.base_name = model if isinstance(model, str) else None
         self.tokenizer = load_tokenizer(tokenizer or (model if isinstance(model, str) else "byt5"))
         self.val_em, self.test_em = GSM8KExactMatch(), GSM8KExactMatch()
@@ -192,7 +192,7 @@ class RoSAModule(CausalLMFinetune):
         if r == 0 and density == 0:
             raise ZooError("r=0 and density=0 leave nothing to train; set r > 0 and/or density in (0, 1)")
         self.model = build_causal_lm(model, torch_dtype=torch_dtype)  # first: a missing base names the model
-        self._init_common(model, tokenizer, torch_dtype)
+        self._init_common(model, tokenizer)
         self.layers = apply_rosa(self.model, target_modules, r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                                  density=density, quantize=quantize)
         if mask_path is not None:
@@ -330,7 +330,7 @@ class LoRABaselineModule(CausalLMFinetune):
         from zoo.rosa.mask import find_targets
 
         base = build_causal_lm(model, torch_dtype=torch_dtype)
-        self._init_common(model, tokenizer, torch_dtype)
+        self._init_common(model, tokenizer)
         targets = find_targets(base, target_modules)  # same matching rules and errors as RoSA
         config = LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=targets,
                             task_type="CAUSAL_LM")
