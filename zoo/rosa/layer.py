@@ -133,12 +133,13 @@ def sddmm(grad_out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, in_featu
     return sddmm_gather(grad_out, x, index, in_features)
 
 
-def add_sparse(weight: torch.Tensor, values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """W + S as a new dense tensor (W itself is never modified; with no sparse entry yet, W itself, read only).
+def add_sparse(weight: torch.Tensor, values: torch.Tensor, index: torch.Tensor, fresh: bool = False) -> torch.Tensor:
+    """W + S as a dense tensor; W is never modified unless `fresh` says it is a throwaway copy (NF4 dequantises a
+    new one per call), in which case S is added into it. With no sparse entry yet, W itself (read only).
     This is the official `csr_add`."""
     if not index.numel():  # mask warm-up / empty mask: no full-weight copy
         return weight
-    w = weight.clone()
+    w = weight if fresh else weight.clone()
     w.view(-1).index_add_(0, index, values.to(w.dtype))
     return w
 
@@ -151,8 +152,7 @@ class _SparseFrozenLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, values, index, base):
-        weight = base.frozen_weight()
-        w_eff = add_sparse(weight, values, index)
+        w_eff = add_sparse(base.frozen_weight(), values, index, getattr(base, "fresh_weight", False))
         bias = base.bias
         y = F.linear(x.to(w_eff.dtype), w_eff, None if bias is None else bias.to(w_eff.dtype))
         ctx.base = base
@@ -166,7 +166,7 @@ class _SparseFrozenLinear(torch.autograd.Function):
         base = ctx.base
         grad_x = grad_values = None
         if ctx.needs_input_grad[0]:
-            w_eff = add_sparse(base.frozen_weight(), values, index)
+            w_eff = add_sparse(base.frozen_weight(), values, index, getattr(base, "fresh_weight", False))
             grad_x = (grad_out.to(w_eff.dtype) @ w_eff).to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
             in_features = x.shape[-1]

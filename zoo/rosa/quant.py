@@ -65,6 +65,8 @@ class NF4Linear(nn.Module):
             self._state_cache = (key, state)
         return self._state_cache[1]
 
+    fresh_weight = True  # frozen_weight() builds a new tensor per call: add_sparse may add into it
+
     def frozen_weight(self) -> torch.Tensor:
         """dequantize_4bit(W): a fresh dense (out, in) tensor in the compute dtype."""
         if self.weight_nf4.numel() == 0:
