@@ -6,11 +6,15 @@ exposes `forget_set`, `unseen_set` and (optionally) `heldout_set` as right-padde
 
 Logged (prefix `val/` after each training epoch, `test/` at the end of `zoo test`, `init/` for theta_0):
   forget_ma, forget_el{n}, unseen_ma, unseen_el{n}        mean MA / EL_n
-  ma_threshold, el_threshold                               unseen-data levels (of theta_0 while fitting)
-  outliers_ma, outliers_el                                 c(D_f): forget sequences still above the threshold
+  ma_threshold, el_threshold                               unseen-data levels gamma (of theta_0 while fitting)
+  outlier_low, outlier_high                                the unseen MA band (of theta_0 while fitting)
+  outliers = outliers_high + outliers_low                  c(D_f): forget sequences with MA >= high (still
+                                                           memorized) or <= low (unlearned too far)
   utility_ppl                                              perplexity on held-out text
   attack_auc (score: MA), attack_auc_loss (score: -NLL)    membership inference, forget vs unseen
-Per-sequence rows (stage, epoch, set, doc_id, ma, el, nll, outlier) go to `<run dir>/unlearning_metrics.csv`.
+  attack_auc_perturb (with `perturbation_attack`)          the paper's attack: DetectGPT perturbation discrepancy
+Per-sequence rows (stage, epoch, set, doc_id, ma, el, nll, outlier = high / low / empty) go to
+`<run dir>/unlearning_metrics.csv`.
 """
 
 from __future__ import annotations
@@ -22,29 +26,41 @@ from typing import Optional
 import lightning.pytorch as pl
 
 from zoo.errors import ZooError
-from zoo.unlearning.metrics import (SequenceScores, attack_auc, check_disjoint, check_window, count_outliers,
+from zoo.unlearning.metrics import (SequenceScores, attack_auc, check_disjoint, check_window, outlier_counts,
                                     score_sequences, unseen_thresholds)
 
 TABLE = "unlearning_metrics.csv"
 
 
 class UnlearningMetrics(pl.Callback):
-    def __init__(self, el_n: int = 10, threshold_std: float = 0.0, every_n_epochs: int = 1,
-                 unseen_el_every_epoch: bool = False, eval_batch_size: int = 32, save_table: bool = True,
-                 table_name: str = TABLE):
+    def __init__(self, el_n: int = 10, threshold_std: float = 0.0, outlier_std: float = 2.0,
+                 every_n_epochs: int = 1, unseen_el_every_epoch: bool = False, eval_batch_size: int = 32,
+                 save_table: bool = True, table_name: str = TABLE, perturbation_attack: bool = False,
+                 n_perturbations: int = 25, mask_model: Optional[str] = None, perturber_kw: Optional[dict] = None):
         """
         Args:
             el_n: n of EL_n.
             threshold_std: thresholds = unseen mean + threshold_std * std (used unless the module supplies its own
                 through `unlearning_thresholds()`).
+            outlier_std: outlier band = unseen mean MA -/+ outlier_std * std (idem).
             every_n_epochs: evaluate after every n-th training epoch (and always at the last one).
             unseen_el_every_epoch: also regenerate EL_n on the unseen set each epoch (costly; MA is always done).
             eval_batch_size: sequences per scoring batch.
             save_table: write the per-sequence table to the run directory.
+            perturbation_attack: also run the paper's membership attack (`zoo.unlearning.attack`) on the texts
+                decoded with the datamodule's tokenizer, `n_perturbations` per text (official 25).
+            mask_model: the T5 mask filler of that attack (official: t5-large, from the Hub or a local path);
+                None = random word spans drawn from the unseen texts (offline stand-in).
+            perturber_kw: span masking arguments (official: span_length 2, pct 0.3, ceil_pct false).
         """
         self.el_n, self.threshold_std, self.every = el_n, threshold_std, max(1, every_n_epochs)
+        self.outlier_std = outlier_std
         self.unseen_el_every_epoch, self.batch_size = unseen_el_every_epoch, eval_batch_size
         self.save_table, self.table_name = save_table, table_name
+        self.perturbation_attack, self.n_perturbations, self.mask_model = (perturbation_attack, n_perturbations,
+                                                                           mask_model)
+        self.perturber_kw = dict(perturber_kw or {})
+        self._perturber = None
         self._thr: Optional[dict[str, float]] = None
         self.history: list[dict[str, float]] = []
 
@@ -72,7 +88,7 @@ class UnlearningMetrics(pl.Callback):
         if self._thr is None:
             if unseen_scores is None:
                 raise ZooError("thresholds need the unseen set scored with EL")
-            self._thr = unseen_thresholds(unseen_scores, self.threshold_std)
+            self._thr = unseen_thresholds(unseen_scores, self.threshold_std, self.outlier_std)
         return self._thr
 
     def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str, unseen_el: bool):
@@ -81,18 +97,36 @@ class UnlearningMetrics(pl.Callback):
         su = self._score(pl_module, "unseen", unseen, with_el=unseen_el)
         thr = self._thresholds(pl_module, su)
         n = self.el_n
+        high, low = outlier_counts(sf.ma, thr["high"], thr["low"])
         m = {"forget_ma": float(sf.ma.mean()), f"forget_el{n}": float(sf.el.mean()),
              "unseen_ma": float(su.ma.mean()), "ma_threshold": thr["ma"], "el_threshold": thr["el"],
-             "outliers_ma": float(count_outliers(sf.ma, thr["ma"])),
-             "outliers_el": float(count_outliers(sf.el, thr["el"])),
+             "outlier_low": thr["low"], "outlier_high": thr["high"],
+             "outliers": float(high + low), "outliers_high": float(high), "outliers_low": float(low),
              "attack_auc": attack_auc(sf.ma, su.ma), "attack_auc_loss": attack_auc(-sf.nll, -su.nll)}
         if su.el is not None:
             m[f"unseen_el{n}"] = float(su.el.mean())
+        if self.perturbation_attack:
+            m["attack_auc_perturb"] = self._perturbation_auc(trainer, pl_module, forget, unseen)
         if heldout is not None and len(heldout):
             m["utility_ppl"] = self._score(pl_module, "heldout", heldout, with_el=False).perplexity
         if self.save_table:
             self._write_rows(trainer, stage, pl_module.current_epoch, forget, sf, unseen, su, thr)
         return m
+
+    def _perturbation_auc(self, trainer, pl_module, forget, unseen) -> float:
+        from zoo.unlearning.attack import MaskFillPerturber, RandomSpanPerturber, decode_rows, perturbation_attack_auc
+
+        tok = getattr(trainer.datamodule, "tokenizer", None)
+        if tok is None:
+            raise ZooError("the perturbation attack needs the datamodule's `tokenizer` to decode the sequences")
+        texts = [decode_rows(tok, d.input_ids, d.attention_mask) for d in (forget, unseen)]
+        if self._perturber is None:
+            kw = self.perturber_kw
+            self._perturber = (MaskFillPerturber.from_pretrained(self.mask_model, **kw) if self.mask_model else
+                               RandomSpanPerturber(sorted({w for t in texts[1] for w in t.split()}), **kw))
+        model = getattr(pl_module, "model", pl_module)
+        return perturbation_attack_auc(model, tok, *texts, self._perturber, n_perturbations=self.n_perturbations,
+                                       batch_size=self.batch_size)
 
     def _write_rows(self, trainer, stage, epoch, forget, sf, unseen, su, thr) -> None:
         path = Path(trainer.default_root_dir) / self.table_name
@@ -107,8 +141,10 @@ class UnlearningMetrics(pl.Callback):
             for name, data, s in (("forget", forget, sf), ("unseen", unseen, su)):
                 for i, d in enumerate(data.doc_ids):
                     el = "" if s.el is None else f"{float(s.el[i]):.6f}"
-                    w.writerow([stage, epoch, name, d, f"{float(s.ma[i]):.6f}", el, f"{float(s.nll[i]):.6f}",
-                                int(name == "forget" and float(s.ma[i]) > thr["ma"])])
+                    ma = float(s.ma[i])
+                    out = "high" if ma >= thr["high"] else "low" if ma <= thr["low"] else ""
+                    w.writerow([stage, epoch, name, d, f"{ma:.6f}", el, f"{float(s.nll[i]):.6f}",
+                                out if name == "forget" else ""])
 
     @staticmethod
     def _weights_key(trainer, pl_module):
@@ -134,7 +170,7 @@ class UnlearningMetrics(pl.Callback):
         self.history.append({"epoch": pl_module.current_epoch, **m})
         self._evaluated = self._weights_key(trainer, pl_module)
         for k, v in m.items():
-            pl_module.log(f"val/{k}", v, on_epoch=True, prog_bar=k in ("forget_ma", "outliers_ma"))
+            pl_module.log(f"val/{k}", v, on_epoch=True, prog_bar=k in ("forget_ma", "outliers"))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # the final weights are always evaluated (the stopping rule may end fitting between two evaluations)

@@ -342,7 +342,8 @@ class MemorizationDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------------------------------ loaders
     def train_dataloader(self) -> DataLoader:
         self.setup()
-        return DataLoader(_Indexed(self.forget_set), batch_size=self.hparams.batch_size, shuffle=False)
+        # shuffled as the official code (RandomSampler); with batch = the whole forget set order is moot
+        return DataLoader(_Indexed(self.forget_set), batch_size=self.hparams.batch_size, shuffle=True)
 
     def test_dataloader(self) -> DataLoader:
         self.setup()

@@ -9,7 +9,8 @@ import torch
 from datamodules.memorization import MemorizationDataModule
 from zoo.errors import ZooError
 from zoo.unlearning import UnlearningModule
-from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, task_arithmetic, task_vector
+from zoo.unlearning.algorithms import (gradient_ascent_loss, lm_loss, negate_task_into, select_for_ascent,
+                                       task_arithmetic, task_vector)
 
 
 def test_task_arithmetic_identities():
@@ -57,26 +58,90 @@ def _params(m):
 def test_one_ga_step_is_minus_one_finetuning_step(tmp_path, tiny_config):
     # same theta_0 (seeded init), same batch, Adam's first step: GA moves by exactly minus the fine-tuning move
     moves = {}
-    for method in ("ga", "ta"):  # "ta" starts by fine-tuning on the forget set (2 epochs: no subtraction yet)
+    for method in ("ga", "ta"):  # "ta" with switch_ma 2 fine-tunes on the forget set from the first step
         torch.manual_seed(0)
         m = UnlearningModule(model=tiny_config, method=method, lr=1e-3, torch_dtype="float64", ma_threshold=-1.0,
-                             el_threshold=-1.0, ta_finetune_epochs=2)
+                             el_threshold=-1.0, switch_ma=2.0)
         theta0 = _params(m)
         _fit(m, _dm(tmp_path), max_steps=1)
-        moves[method] = {k: v - theta0[k] for k, v in _params(m).items()}
+        after = _params(m) if method == "ga" else m._theta  # ta: the fine-tuned weights (the model holds the edit)
+        moves[method] = {k: v - theta0[k] for k, v in after.items()}
     assert max(v.abs().max() for v in moves["ga"].values()) > 0
     for k in moves["ga"]:
         torch.testing.assert_close(moves["ga"][k], -moves["ta"][k], rtol=0, atol=1e-15)
 
 
 def test_sga_leaves_parameters_untouched_below_threshold(tmp_path, tiny_config):
+    # every sequence below the unseen level: the stopping rule holds before the first step
     torch.manual_seed(0)
     m = UnlearningModule(model=tiny_config, method="sga", lr=1e-2, ma_threshold=1.0, el_threshold=1.0)
     theta0 = _params(m)
     trainer = _fit(m, _dm(tmp_path), max_epochs=3)
     for k, v in _params(m).items():
         assert torch.equal(v, theta0[k])
-    assert trainer.current_epoch == 1  # no outlier: stopped after the first epoch
+    assert trainer.current_epoch == 0 and m.phase == "done"
+
+
+def test_sga_without_top_rule_skips_batches_with_no_sequence_above_its_threshold(tmp_path, tiny_config):
+    # mean MA above the (impossible) unseen level, but no sequence at the SGA threshold: no update, then stop
+    torch.manual_seed(0)
+    m = UnlearningModule(model=tiny_config, method="sga", lr=1e-2, ma_threshold=-1.0, el_threshold=-1.0,
+                         sga_threshold=1.01, ascend_on_top=False)
+    theta0 = _params(m)
+    trainer = _fit(m, _dm(tmp_path), max_epochs=3)
+    for k, v in _params(m).items():
+        assert torch.equal(v, theta0[k])
+    assert trainer.current_epoch == 1 and m.phase == "done"
+
+
+def test_sga_selection_threshold_and_top_rule():
+    ma = torch.tensor([0.2, 0.7, 0.69, 0.9, 0.1], dtype=torch.float64)
+    assert select_for_ascent(ma, 0.7).tolist() == [False, True, False, True, False]  # >= as the official code
+    assert select_for_ascent(ma, 0.95, top=False).tolist() == [False] * 5
+    assert select_for_ascent(ma, 0.95).tolist() == [False, False, False, True, False]  # the batch's most memorized
+
+
+def test_task_arithmetic_phase_holds_the_edit_of_the_finetuned_weights(tmp_path, tiny_config):
+    """TA from theta_0 (switch at once), target never met: after each epoch the model holds theta_0 - lambda
+    (theta - theta_0), and fine-tuning resumes from theta (restored), not from the edit: theta after two epochs
+    equals two plain Adam fine-tuning steps on the forget set (one batch = the whole forget set)."""
+    lam, lr = 3.0, 1e-3
+    torch.manual_seed(0)
+    m = UnlearningModule(model=tiny_config, method="ta", lr=lr, torch_dtype="float64", ma_threshold=-1.0,
+                         el_threshold=-1.0, switch_ma=2.0)
+    theta0 = _params(m)
+    ref = UnlearningModule(model=tiny_config, torch_dtype="float64").model
+    ref.load_state_dict(m.model.state_dict())
+    dm = _dm(tmp_path)
+    _fit(m, dm, max_epochs=2)
+    assert m.phase == "finetune" and m._theta is not None
+    theta = m._theta
+    for k, v in _params(m).items():
+        torch.testing.assert_close(v, theta0[k] - lam * (theta[k] - theta0[k]), rtol=0, atol=1e-12)
+    f = dm.forget_set
+    opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
+    for _ in range(2):
+        opt.zero_grad()
+        lm_loss(ref(input_ids=f.input_ids, attention_mask=f.attention_mask).logits, f.input_ids,
+                f.attention_mask)[0].backward()
+        opt.step()
+    moved = max(float((theta[k] - theta0[k]).abs().max()) for k in theta)
+    assert moved > 1e-4
+    for k, p in ref.named_parameters():
+        torch.testing.assert_close(theta[k], p.detach(), rtol=0, atol=1e-12)
+
+
+def test_negate_task_into_is_task_arithmetic():
+    g = torch.Generator().manual_seed(1)
+    base = {"a": torch.randn(3, 4, generator=g, dtype=torch.float64)}
+    ft = {"a": torch.randn(3, 4, generator=g, dtype=torch.float64)}
+    out = {"a": torch.empty(3, 4, dtype=torch.float64)}
+    negate_task_into(out, base, ft, 2.5)
+    torch.testing.assert_close(out["a"], task_arithmetic(base, task_vector(ft, base), 2.5)["a"], rtol=0, atol=1e-14)
+
+
+def test_sgatau_names_the_papers_tau(tiny_config):
+    assert UnlearningModule(model=tiny_config, method="sgatau").method == "tau"
 
 
 def test_unknown_method_is_an_error(tiny_config):

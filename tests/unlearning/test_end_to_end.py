@@ -18,9 +18,9 @@ DATA = dict(seq_len=32, num_forget=8, num_unseen=8, num_heldout=2, num_backgroun
             memorize_steps=150)
 
 
-def unlearn(dm, module, tmp_path, max_epochs: int) -> tuple[dict, dict]:
+def unlearn(dm, module, tmp_path, max_epochs: int, **metrics_kw) -> tuple[dict, dict]:
     """Fit `module` on `dm` with the metrics callback (evaluated at the start and the end only); (init, final)."""
-    cb = UnlearningMetrics(el_n=10, every_n_epochs=1000)
+    cb = UnlearningMetrics(el_n=10, every_n_epochs=1000, **metrics_kw)
     trainer = L.Trainer(accelerator="cpu", max_epochs=max_epochs, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[cb],
                         default_root_dir=str(tmp_path))
@@ -31,13 +31,17 @@ def unlearn(dm, module, tmp_path, max_epochs: int) -> tuple[dict, dict]:
 @pytest.mark.parametrize("method", ["sga"])
 def test_memorize_then_unlearn(tmp_path, tiny_config, memo_cache, method):
     dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, **DATA)
-    init, final = unlearn(dm, UnlearningModule(model=tiny_config, method=method, lr=3e-4, el_n=10), tmp_path, 40)
+    init, final = unlearn(dm, UnlearningModule(model=tiny_config, method=method, lr=3e-4, el_n=10), tmp_path, 40,
+                          perturbation_attack=True, n_perturbations=8,
+                          perturber_kw={"span_length": 1, "ceil_pct": True})  # 32-byte texts: about 6 words
     print(init, final, sep="\n")
-    assert init["outliers_ma"] >= 4 and init["forget_ma"] > init["ma_threshold"] + 0.1  # something to unlearn
-    assert final["outliers_ma"] == 0  # SGA: no forget sequence left above the unseen MA level
+    assert init["outliers_high"] >= 4 and init["forget_ma"] > init["ma_threshold"] + 0.1  # something to unlearn
+    assert final["outliers"] == 0  # SGA: no forget sequence left outside the unseen MA band
     assert final["forget_ma"] <= final["ma_threshold"]
     assert final["forget_el10"] <= max(final["el_threshold"], 0.02)
     assert final["attack_auc"] < init["attack_auc"]
+    # the paper's perturbation attack separates the memorized forget set perfectly, and less so after unlearning
+    assert init["attack_auc_perturb"] >= 0.9 and final["attack_auc_perturb"] < init["attack_auc_perturb"]
     # utility: a 30k-parameter LM whose text is mostly the forget set loses a good part of it (see the card), but
     # stays far closer to the memorized model than to an untrained one
     fresh = UnlearningModule(model=tiny_config).model
@@ -49,18 +53,19 @@ def test_memorize_then_unlearn(tmp_path, tiny_config, memo_cache, method):
     assert {r["stage"] for r in rows} == {"init", "fit"} and {r["set"] for r in rows} == {"forget", "unseen"}
 
 
-# a model that knows much more than its forget set: 1,024 background sequences (as in `zoo.unlearning.repro`)
-RICH = dict(seq_len=32, num_forget=8, num_unseen=8, num_heldout=8, num_background=1024, batch_size=8,
-            memorize_steps=900)
+# a model that knows much more than its forget set: the setting of `zoo.unlearning.repro` (seed 0), in which
+# 1,024 background sequences are trained on besides the 16 forget sequences
 
 
 @pytest.mark.timeout(300)
-def test_sga_keeps_utility_near_when_the_model_knows_more_than_its_forget_set(tmp_path, tiny_config, memo_cache):
-    cfg = {**tiny_config, "hidden_size": 64, "intermediate_size": 128}
-    dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, **RICH)
-    init, final = unlearn(dm, UnlearningModule(model=cfg, method="sga", lr=1e-4, el_n=10), tmp_path, 100)
-    assert init["outliers_ma"] == 8 and final["outliers_ma"] == 0
-    assert final["forget_el10"] <= max(final["el_threshold"], 0.05)
+def test_sga_keeps_utility_near_when_the_model_knows_more_than_its_forget_set(tmp_path, memo_cache):
+    from zoo.unlearning import repro
+
+    dm = MemorizationDataModule(source="embedded", seed=0, cache_dir=memo_cache, **repro.DATA)
+    init, final = unlearn(dm, UnlearningModule(model=repro.TINY, method="sga", lr=1e-4, el_n=10), tmp_path, 200)
+    print(init, final, sep="\n")
+    assert init["outliers_high"] >= 8 and final["outliers"] == 0
+    assert final["forget_ma"] <= final["ma_threshold"] and final["forget_el10"] <= final["el_threshold"]
     assert final["attack_auc"] < init["attack_auc"]
-    # measured 1.51 -> 2.66 (1.77x) held-out perplexity; the memorized-only tiny setting above loses far more
-    assert final["utility_ppl"] < 2.0 * init["utility_ppl"]
+    # measured 1.75 -> 2.04 (1.17x) held-out perplexity (the model retrained without D_f: 1.61)
+    assert final["utility_ppl"] < 1.5 * init["utility_ppl"]

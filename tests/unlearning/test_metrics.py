@@ -7,7 +7,8 @@ import torch
 
 from zoo.errors import ZooError
 from zoo.lm import build_causal_lm
-from zoo.unlearning.metrics import (attack_auc, check_disjoint, check_window, count_outliers,
+from zoo.unlearning.metrics import (attack_auc, check_disjoint, check_window, count_outliers, outlier_band,
+                                    outlier_counts,
                                     extraction_likelihoods, overlap_n, score_sequences, unseen_threshold)
 
 
@@ -84,7 +85,13 @@ def test_overlap_counts_generated_ngrams_found_in_the_suffix():
 def test_thresholds_outliers_and_attack():
     assert unseen_threshold([0.2, 0.4]) == pytest.approx(0.3)
     assert unseen_threshold([0.2, 0.4], num_std=1.0) == pytest.approx(0.4)
-    assert count_outliers([0.1, 0.3, 0.5, 0.9], 0.3) == 2  # strictly above
+    # the official analysis: still memorized MA >= 0.60, unlearned too far MA <= 0.15 (both inclusive)
+    ma = [0.1, 0.15, 0.3, 0.5, 0.6, 0.9]
+    assert outlier_counts(ma, 0.60, 0.15) == (2, 2)
+    assert count_outliers(ma, 0.60, 0.15) == 4 and count_outliers(ma, 0.60) == 2
+    # band = mean -/+ k population std: [0.2, 0.4] has mean 0.3 and std 0.1
+    low, high = outlier_band([0.2, 0.4], 2.0)
+    assert low == pytest.approx(0.1) and high == pytest.approx(0.5)
     assert attack_auc([0.9, 0.8], [0.1, 0.2]) == 1.0
     assert attack_auc([0.1, 0.2], [0.9, 0.8]) == 0.0
     assert attack_auc([0.5, 0.5], [0.5, 0.5]) == 0.5

@@ -10,13 +10,18 @@ import pytest
 from zoo.registry import ROOT
 from zoo.unlearning.module import METHODS
 
-OVERLAYS = {  # overlay -> (model, forget-set size)
-    None: ("EleutherAI/gpt-neo-125m", 32),
-    "forget128": ("EleutherAI/gpt-neo-125m", 128),
-    "gptneo-1.3b": ("EleutherAI/gpt-neo-1.3B", 32),
-    "gptneo-1.3b_forget128": ("EleutherAI/gpt-neo-1.3B", 128),
-    "gptneo-2.7b": ("EleutherAI/gpt-neo-2.7B", 32),
-    "gptneo-2.7b_forget128": ("EleutherAI/gpt-neo-2.7B", 128),
+OVERLAYS = {  # overlay -> (model, forget-set size, unseen MA level of the model in the official analysis)
+    None: ("EleutherAI/gpt-neo-125m", 32, 0.2994),
+    "forget128": ("EleutherAI/gpt-neo-125m", 128, 0.2994),
+    "gptneo-1.3b": ("EleutherAI/gpt-neo-1.3B", 32, 0.3327),
+    "gptneo-1.3b_forget128": ("EleutherAI/gpt-neo-1.3B", 128, 0.3327),
+    "gptneo-2.7b": ("EleutherAI/gpt-neo-2.7B", 32, 0.3402),
+    "gptneo-2.7b_forget128": ("EleutherAI/gpt-neo-2.7B", 128, 0.3402),
+}
+OFFICIAL = {  # method -> the official configs' values (mem_threshold, first_threshold, first_coef)
+    "ga": {}, "sga": {"sga_threshold": 0.70},
+    "ta": {"switch_ma": 0.9, "ta_lambda": 3.0},
+    "tau": {"sga_threshold": 0.70, "switch_ma": 0.5, "ta_lambda": 1.0},
 }
 
 
@@ -47,12 +52,13 @@ def test_method_config_with_overlay_is_the_papers_setting(method, overlay):
     if overlay:
         configs.append(ROOT / "configs" / "unlearning" / f"{overlay}.yaml")
     cfg = parse(*configs)
-    model, size = OVERLAYS[overlay]
+    model, size, gamma = OVERLAYS[overlay]
     m, d = cfg.model.init_args, cfg.data.init_args
     assert m.method == method and m.model == model and d.tokenizer == model
-    assert m.lr == 5e-5 and m.el_n == 10
+    assert m.lr == 5e-5 and tuple(m.betas) == (0.9, 0.98) and m.el_n == 10
     assert d.forget_path == f"data/unlearning/lm_extraction_{size}_0.csv"
-    # Jang et al.: the whole forget set per optimizer step
-    assert d.batch_size * cfg.trainer.accumulate_grad_batches == size
+    assert d.batch_size * cfg.trainer.accumulate_grad_batches == 8  # official train_batch_size
+    assert m.ma_threshold == gamma and (m.outlier_low, m.outlier_high) == (0.15, 0.60) and m.stop_on_el is False
+    assert {k: m[k] for k in OFFICIAL[method]} == OFFICIAL[method]
     if model != "EleutherAI/gpt-neo-125m":
         assert cfg.trainer.precision == "bf16-mixed" and m.torch_dtype is None  # fp32 master weights

@@ -1,13 +1,14 @@
 """Unlearning updates in plain torch: gradient ascent, selective gradient ascent, task arithmetic.
 
+As in the paper's official code (github.com/GeorgeOctavian/selective_unlearning, read for reference only):
 * GA (Jang et al., 2023): minimise -NLL on the forget set D_f (one step = minus one fine-tuning step);
-  stop when mean MA and mean EL_n of D_f fall below their unseen-data levels.
-* SGA (Barbulescu & Triantafillou, 2024): score every x in D_f with g(x) (= MA); ascend only on the x with
-  g(x) above the unseen threshold; repeat until no such outlier is left.
-* TA (task arithmetic, Ilharco et al. 2023, used for unlearning by the paper): theta_u = theta_0 - lambda *
-  (theta_ft - theta_0), theta_ft = theta_0 fine-tuned on D_f.
-* TAU: the selective version of TA: the task vector is fine-tuned on the outliers of D_f only, and the
-  subtraction is repeated on the new outliers (see cards/unlearning.md for this reading of the paper).
+  stop when mean MA (and EL_n, Jang's rule) of D_f fall below their unseen-data levels.
+* SGA: in every batch ascend only on the x whose memorization g(x) = MA(x) is at or above a high threshold
+  (official: 0.70 for GPT-Neo), always including the batch's most memorized x; the same average stopping rule.
+* TA (task arithmetic, Ilharco et al. 2023): theta_u = theta_s - lambda (theta_ft - theta_s), theta_ft = theta_s
+  fine-tuned on D_f one more epoch at a time until theta_u meets the stopping rule (official lambda = 3).
+* TAU (task arithmetic for unlearning, the paper's second method; official run name "sga+ta"): SGA until mean MA
+  falls below a switch level (official 0.5), then TA from that theta_s with lambda = 1.
 """
 
 from __future__ import annotations
@@ -44,9 +45,13 @@ def gradient_ascent_loss(logits, input_ids, attention_mask, select=None):
     return (None if loss is None else -loss), ma, k
 
 
-def select_outliers(scores: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Sequences still memorized above the unseen threshold (strictly above, as c(D_f) counts them)."""
-    return scores > threshold
+def select_for_ascent(scores: torch.Tensor, threshold: float, top: bool = True) -> torch.Tensor:
+    """SGA's selection: the sequences with g(x) >= threshold, plus (`top`, as the official code) the most memorized
+    sequence of the batch even when it is below, so every step still lowers the highest memorization."""
+    sel = scores >= threshold
+    if top and scores.numel():
+        sel[scores.argmax()] = True
+    return sel
 
 
 def snapshot(params: Iterable[tuple[str, torch.nn.Parameter]]) -> dict[str, torch.Tensor]:
@@ -56,6 +61,15 @@ def snapshot(params: Iterable[tuple[str, torch.nn.Parameter]]) -> dict[str, torc
 def task_vector(finetuned: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """tau = theta_ft - theta_0."""
     return {n: finetuned[n] - base[n] for n in base}
+
+
+@torch.no_grad()
+def negate_task_into(out: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
+                     finetuned: dict[str, torch.Tensor], lam: float) -> None:
+    """out = base - lam * (finetuned - base), one tensor at a time (no full task-vector copy of the model)."""
+    for n in base:
+        torch.sub(finetuned[n], base[n], out=out[n])
+        out[n].mul_(-lam).add_(base[n])
 
 
 def task_arithmetic(base: dict[str, torch.Tensor], tau: dict[str, torch.Tensor], lam: float,

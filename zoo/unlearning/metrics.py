@@ -8,8 +8,11 @@ build on), for a sequence x of T tokens:
 * extraction likelihood  EL_n(x) = 1/(T-n) * sum_{t=1}^{T-1} OVERLAP_n(greedy_{T-t}(x_<t), x_>=t)
   with OVERLAP_n(a, b) = #{n-grams of a that occur among the n-grams of b} / #n-grams of b, and the term
   skipped when b has fewer than n tokens (as the reference code does).
-* unseen threshold: mean (+ k std) of a score over sequences the model never trained on.
-* c(D_f): the number of forget sequences whose score is still above that threshold (memorization outliers).
+* unseen threshold gamma: mean (+ k std) of a score over sequences the model never trained on (the level the
+  stopping rule drives the forget set's mean to).
+* outlier band [low, high] of the unseen MA distribution, and c(D_f): the number of forget sequences outside it,
+  i.e. still memorized (MA >= high) or unlearned too far (MA <= low). Both stand out from never-seen text, which is
+  what the paper's attack exploits; its official analysis counts MA >= 0.60 and MA <= 0.15 for GPT-Neo on the Pile.
 * attack AUC: ROC-AUC of "forget (member) vs unseen (non-member)" from a per-sequence score.
 """
 
@@ -90,16 +93,32 @@ def unseen_threshold(unseen_scores: Sequence[float] | torch.Tensor, num_std: flo
     return float(s.mean() + num_std * std)
 
 
-def unseen_thresholds(unseen: SequenceScores, num_std: float = 0.0) -> dict[str, float]:
-    """gamma_MA and gamma_EL of a scored unseen set (scored with EL)."""
+def outlier_band(unseen_scores: Sequence[float] | torch.Tensor, num_std: float = 2.0) -> tuple[float, float]:
+    """(low, high) = unseen mean -/+ num_std standard deviations. Our default band: the paper's analysis uses fixed
+    MA levels for GPT-Neo (0.15 and 0.60, about half and twice the unseen mean 0.30 of GPT-Neo 125M), which do not
+    carry over to other models and data; set them with `outlier_low` / `outlier_high` to reproduce it."""
+    return unseen_threshold(unseen_scores, -num_std), unseen_threshold(unseen_scores, num_std)
+
+
+def unseen_thresholds(unseen: SequenceScores, num_std: float = 0.0, band_std: float = 2.0) -> dict[str, float]:
+    """gamma_MA and gamma_EL of a scored unseen set (scored with EL), and the MA outlier band (`low`, `high`)."""
     if unseen.el is None:
         raise ZooError("thresholds need the unseen set scored with EL")
-    return {"ma": unseen_threshold(unseen.ma, num_std), "el": unseen_threshold(unseen.el, num_std)}
+    low, high = outlier_band(unseen.ma, band_std)
+    return {"ma": unseen_threshold(unseen.ma, num_std), "el": unseen_threshold(unseen.el, num_std),
+            "low": low, "high": high}
 
 
-def count_outliers(forget_scores: Sequence[float] | torch.Tensor, threshold: float) -> int:
-    """c(D_f): forget sequences whose memorization score is still above the unseen threshold."""
-    return int((torch.as_tensor(forget_scores, dtype=torch.float64) > threshold).sum())
+def outlier_counts(forget_scores: Sequence[float] | torch.Tensor, high: float,
+                   low: float | None = None) -> tuple[int, int]:
+    """(still memorized: score >= high, unlearned too far: score <= low); the official analysis uses >= / <=."""
+    s = torch.as_tensor(forget_scores, dtype=torch.float64)
+    return int((s >= high).sum()), (0 if low is None else int((s <= low).sum()))
+
+
+def count_outliers(forget_scores: Sequence[float] | torch.Tensor, high: float, low: float | None = None) -> int:
+    """c(D_f): forget sequences outside the unseen band (above `high`, or below `low` when given)."""
+    return sum(outlier_counts(forget_scores, high, low))
 
 
 def attack_auc(forget_scores: Sequence[float] | torch.Tensor, unseen_scores: Sequence[float] | torch.Tensor) -> float:

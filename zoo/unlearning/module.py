@@ -1,18 +1,21 @@
-"""`UnlearningModule`: GA, SGA, TA, TAU and SGATAU on any HF causal LM, wired to Lightning.
+"""`UnlearningModule`: GA, SGA, TA and TAU on any HF causal LM, wired to Lightning.
 
-One training epoch = one pass over the forget set D_f (Jang et al.: batch = |D_f|, so one step per epoch).
-The unlearning target comes from the unseen set: thresholds gamma_MA, gamma_EL = mean MA / mean EL_n of the
-*initial* model theta_0 over the unseen sequences (or fixed numbers given in the config, as Jang et al. do).
+Follows the paper's official code (github.com/GeorgeOctavian/selective_unlearning; read for reference, nothing
+copied). One training epoch = one pass over the forget set D_f. Levels, all from the unseen set scored with the
+*initial* model theta_0 unless fixed in the config (the official configs fix them for GPT-Neo on the Pile):
+  gamma_MA, gamma_EL   the unseen mean MA / EL_n: the stopping rule's target (official ma_threshold).
+  low, high            the MA outlier band (mean -/+ `outlier_std` std; official analysis 0.15 / 0.60): c(D_f).
+  sga_threshold        SGA selects x with MA(x) >= it (default: high; official mem_threshold 0.70).
+  switch_ma            TA / TAU leave the ascent phase once mean MA < it (official first_threshold 0.9 / 0.5).
 
 Phases (a small state machine, saved in checkpoints):
-  ascend   -- ga: -NLL on every x in D_f; stop when mean MA <= gamma_MA and mean EL_n <= gamma_EL.
-              sga: -NLL only on x with g(x) = MA(x) > gamma_MA (scored in the same forward pass); stop when
-              no forget sequence is above gamma_MA.
-  finetune -- ta: fine-tune on D_f for `ta_finetune_epochs`, then theta_u = theta_0 - lambda (theta_ft - theta_0).
-              tau: the same on the outliers of D_f only, repeated (new theta_0 = theta_u) while outliers remain,
-              up to `tau_max_rounds` rounds; lambda: the smallest (of the grid) that leaves no outlier.
-              sgatau: one TAU round whose lambda only has to bring the *mean* MA / EL_n below the unseen levels
-              (a gentle, average-based step), then SGA on the outliers left until there is none.
+  ascend   -- ga: -NLL on every x of the batch.  sga, tau: -NLL only on the selected x (MA from the same forward
+              pass).  ta: as ga.  Every method stops as soon as the stopping rule holds (mean MA <= gamma_MA and,
+              with `stop_on_el`, mean EL_n <= gamma_EL), checked before the first step and after every epoch;
+              ta / tau switch to `finetune` once mean MA < switch_ma.
+  finetune -- (ta, tau) +NLL on all of D_f from theta_s (the weights at the switch); after every epoch the model
+              holds the edit theta_s - lambda (theta - theta_s) (so the metrics callback and checkpoints see it);
+              if it meets the stopping rule fitting ends there, otherwise theta is restored and fine-tuning goes on.
 """
 
 from __future__ import annotations
@@ -22,17 +25,20 @@ from typing import Any, Literal, Optional, Union
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.lm import build_causal_lm
-from zoo.unlearning.algorithms import (gradient_ascent_loss, lm_loss, select_outliers, snapshot,
-                                       task_arithmetic, task_vector)
-from zoo.unlearning.metrics import (SequenceScores, check_disjoint, check_window, count_outliers, score_sequences,
+from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, negate_task_into, select_for_ascent, snapshot
+from zoo.unlearning.metrics import (SequenceScores, check_disjoint, check_window, outlier_band, score_sequences,
                                     unseen_threshold)
 
-METHODS = ("ga", "sga", "ta", "tau", "sgatau")
+METHODS = ("ga", "sga", "ta", "tau")
+# The paper's TAU already is SGA followed by task arithmetic (official run name "sga+ta"); "sgatau" names it too.
+ALIASES = {"sgatau": "tau"}
+TA_LAMBDA = {"ta": 3.0, "tau": 1.0}  # official first_coef -3 (TA) and -1 (TAU)
+TA_SWITCH = {"ta": 0.9}  # official first_threshold of TA; TAU's 0.5 is relative here (see `switch_level`)
 
 TINY_GPT_NEO = {"model_type": "gpt_neo", "vocab_size": 384, "hidden_size": 64, "num_layers": 2, "num_heads": 4,
                 "attention_types": [[["global", "local"], 1]], "window_size": 64, "max_position_embeddings": 256,
@@ -46,15 +52,21 @@ class UnlearningModule(HubMixin, L.LightningModule):
         model: Union[str, dict] = TINY_GPT_NEO,
         method: Literal["ga", "sga", "ta", "tau", "sgatau"] = "ga",
         lr: float = 5e-5,
+        betas: tuple[float, float] = (0.9, 0.98),
         weight_decay: float = 0.0,
         el_n: int = 10,
         ma_threshold: Optional[float] = None,
         el_threshold: Optional[float] = None,
         threshold_std: float = 0.0,
-        ta_lambda: float = 1.0,
+        outlier_low: Optional[float] = None,
+        outlier_high: Optional[float] = None,
+        outlier_std: float = 2.0,
+        sga_threshold: Optional[float] = None,
+        ascend_on_top: bool = True,
+        switch_ma: Optional[float] = None,
+        ta_lambda: Optional[float] = None,
         ta_lambda_grid: Optional[list[float]] = None,
-        ta_finetune_epochs: int = 1,
-        tau_max_rounds: int = 3,
+        stop_on_el: bool = True,
         eval_batch_size: int = 32,
         torch_dtype: Optional[str] = None,
         model_kwargs: Optional[dict] = None,
@@ -63,38 +75,45 @@ class UnlearningModule(HubMixin, L.LightningModule):
         Args:
             model: Hub name / local path of a causal LM (e.g. EleutherAI/gpt-neo-125m) or a config dict
                 (random init; the embedded datamodule then memorizes its forget set into it).
-            method: ga | sga | ta | tau | sgatau.
-            lr: Adam learning rate (paper and Jang et al.: 5e-5).
+            method: ga | sga | ta | tau ("sgatau" = tau: the paper's TAU is SGA followed by TA).
+            lr, betas: Adam (official: lr 5e-5, betas (0.9, 0.98)).
             weight_decay: AdamW decoupled weight decay (0 keeps a GA step exactly minus a fine-tuning step).
             el_n: n of the extraction likelihood EL_n (10).
-            ma_threshold / el_threshold: fixed unseen-data levels; None = measured on the unseen set with theta_0.
-            threshold_std: measured thresholds are mean + threshold_std * std over the unseen set (0 = the mean).
-            ta_lambda: task-arithmetic scaling lambda.
-            ta_lambda_grid: if set, the smallest lambda of the grid meeting the method's target is used
-                (TA and SGATAU: mean MA / EL_n at most the thresholds; TAU: no outlier left), else the largest.
-            ta_finetune_epochs: epochs of fine-tuning on D_f (or its outliers) that build the task vector.
-            tau_max_rounds: TAU subtraction rounds at most.
+            ma_threshold / el_threshold: fixed stopping levels gamma; None = unseen mean (+ threshold_std std).
+            outlier_low / outlier_high: the MA band outside which a forget sequence is an outlier; None = unseen
+                mean -/+ outlier_std std (official analysis for GPT-Neo: 0.15 / 0.60).
+            sga_threshold: SGA / TAU ascend on x with MA(x) >= it; None = the band's high edge (official 0.70).
+            ascend_on_top: also ascend on each batch's most memorized x (official); False leaves a batch with no
+                x above sga_threshold untouched (and fitting ends after an epoch without any update).
+            switch_ma: TA / TAU go from gradient ascent to task arithmetic once mean MA < it. None: 0.9 for TA
+                (official) and, for TAU, midway between gamma_MA and sga_threshold (official 0.5 with GPT-Neo's
+                0.33 and 0.70).
+            ta_lambda: task-arithmetic scaling (None: 3 for TA, 1 for TAU, the official coefficients).
+            ta_lambda_grid: if set, each check uses the smallest lambda of the grid that meets the stopping rule.
+            stop_on_el: Jang et al.'s rule also needs mean EL_n <= gamma_EL (the official code of the paper tests MA
+                alone: set False to match it).
             eval_batch_size: batch for scoring sequences (MA/EL).
             torch_dtype: model dtype (float32 default; bfloat16 for large models).
             model_kwargs: extra config values, e.g. dropout 0 as in Jang et al.
         """
         super().__init__()
         self.save_hyperparameters()
+        method = ALIASES.get(method, method)
         if method not in METHODS:
-            raise ZooError(f"unknown unlearning method {method!r}; use one of {METHODS}")
-        if ta_finetune_epochs < 1 or tau_max_rounds < 1:
-            raise ZooError("ta_finetune_epochs and tau_max_rounds must be >= 1")
+            raise ZooError(f"unknown unlearning method {self.hparams.method!r}; use one of {METHODS} "
+                           f"(or {tuple(ALIASES)})")
+        self.method = method
         kw = dict(model_kwargs or {})
         self.model = build_causal_lm({**model, **kw} if isinstance(model, dict) else model, torch_dtype,
                                      **({} if isinstance(model, dict) else kw))
         nan = float("nan")
-        self.register_buffer("thresholds", torch.tensor([
-            nan if ma_threshold is None else ma_threshold, nan if el_threshold is None else el_threshold],
-            dtype=torch.float64))
-        self.phase = "finetune" if method in ("ta", "tau", "sgatau") else "ascend"
-        self.round, self.round_epoch, self.lambdas = 0, 0, []
-        self._base: dict[str, torch.Tensor] | None = None
-        self._selected: torch.Tensor | None = None
+        fixed = (ma_threshold, el_threshold, outlier_low, outlier_high)
+        self.register_buffer("thresholds", torch.tensor([nan if v is None else v for v in fixed], dtype=torch.float64))
+        self.phase = "ascend"
+        self.lambdas: list[float] = []
+        self._base: dict[str, torch.Tensor] | None = None  # theta_s of task arithmetic
+        self._theta: dict[str, torch.Tensor] | None = None  # fine-tuned weights while the model holds the edit
+        self._updates = 0
         self._memo: dict = {}
         self._version = 0  # bumped whenever weights change outside an optimizer step (task arithmetic)
 
@@ -121,18 +140,33 @@ class UnlearningModule(HubMixin, L.LightningModule):
         return s
 
     def unlearning_thresholds(self) -> dict[str, float]:
-        """gamma_MA, gamma_EL: fixed by the config or measured once on the unseen set with the initial model."""
+        """gamma_MA, gamma_EL (`ma`, `el`) and the outlier band (`low`, `high`): fixed by the config or measured
+        once on the unseen set with the initial model."""
         if torch.isnan(self.thresholds).any():
             unseen = self._dm().unseen_set
             s = self.evaluate_memorization("unseen", unseen, with_el=bool(torch.isnan(self.thresholds[1])))
-            k = self.hparams.threshold_std
-            if torch.isnan(self.thresholds[0]):
-                self.thresholds[0] = unseen_threshold(s.ma, k)
-            if torch.isnan(self.thresholds[1]):
-                self.thresholds[1] = unseen_threshold(s.el, k)
-            rank_zero_info(f"unlearning thresholds from the unseen set: MA {self.thresholds[0]:.4f} "
-                           f"EL_{self.hparams.el_n} {self.thresholds[1]:.4f}")
-        return {"ma": float(self.thresholds[0]), "el": float(self.thresholds[1])}
+            measured = (unseen_threshold(s.ma, self.hparams.threshold_std),
+                        unseen_threshold(s.el, self.hparams.threshold_std) if s.el is not None else None,
+                        *outlier_band(s.ma, self.hparams.outlier_std))
+            for i, v in enumerate(measured):
+                if torch.isnan(self.thresholds[i]):
+                    self.thresholds[i] = v
+            t = self.thresholds.tolist()
+            rank_zero_info(f"unlearning levels (unseen set): MA {t[0]:.4f} EL_{self.hparams.el_n} {t[1]:.4f}, "
+                           f"outlier band [{t[2]:.4f}, {t[3]:.4f}]")
+        ma, el, low, high = self.thresholds.tolist()
+        return {"ma": ma, "el": el, "low": low, "high": high}
+
+    def sga_level(self) -> float:
+        t = self.hparams.sga_threshold
+        return self.unlearning_thresholds()["high"] if t is None else float(t)
+
+    def switch_level(self) -> float:
+        if self.hparams.switch_ma is not None:
+            return float(self.hparams.switch_ma)
+        if self.method == "ta":
+            return TA_SWITCH["ta"]
+        return 0.5 * (self.unlearning_thresholds()["ma"] + self.sga_level())
 
     # ------------------------------------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
@@ -150,100 +184,113 @@ class UnlearningModule(HubMixin, L.LightningModule):
         self.unlearning_thresholds()
 
     def configure_optimizers(self):
-        # Jang et al.: Adam, constant lr 5e-5
-        return torch.optim.AdamW(self.model.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        return torch.optim.AdamW(self.model.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas),
+                                 weight_decay=self.hparams.weight_decay)
 
     # ---------------------------------------------------------------------------------------------- phases
     def _forget_ma(self) -> torch.Tensor:
         return self.evaluate_memorization("forget", self._dm().forget_set, with_el=False).ma
 
-    def on_train_epoch_start(self) -> None:
-        if self.phase != "finetune" or self.round_epoch:
-            return
-        # a new task-arithmetic round: theta_0 of this round, the sequences its task vector is fine-tuned on
-        if self.hparams.method == "ta":
-            self._selected = torch.ones(len(self._dm().forget_set), dtype=torch.bool)
-        else:
-            self._selected = select_outliers(self._forget_ma(), self.unlearning_thresholds()["ma"])
-        if not self._selected.any():
-            self.phase = "done" if self.hparams.method == "tau" else "ascend"
-            return
-        self._base = snapshot(self.model.named_parameters())
-        for opt in self.trainer.optimizers:  # each task vector is a fresh fine-tuning run
+    def _target_met(self) -> bool:
+        """The stopping rule (Jang et al.; the paper's code keeps it): mean MA of D_f at most gamma_MA and, with
+        `stop_on_el`, mean EL_n at most gamma_EL. "Below" is read as "<=": a small model's unseen EL_n is often
+        exactly 0. The cheap MA test first: EL_n needs generation."""
+        thr = self.unlearning_thresholds()
+        if float(self._forget_ma().mean()) > thr["ma"]:
+            return False
+        if not self.hparams.stop_on_el:
+            return True
+        return float(self.evaluate_memorization("forget", self._dm().forget_set).el.mean()) <= thr["el"]
+
+    def _stop(self, why: str) -> None:
+        self.phase = "done"
+        self.trainer.should_stop = True
+        rank_zero_info(f"{self.method}: {why}; stopping after epoch {self.current_epoch}")
+
+    def _start_task_arithmetic(self) -> None:
+        self.phase = "finetune"
+        self._base = snapshot(self.model.named_parameters())  # theta_s
+        for opt in self.trainer.optimizers:  # the task vector is a fine-tuning run of its own
             opt.state = defaultdict(dict)
+        rank_zero_info(f"{self.method}: task arithmetic from epoch {self.current_epoch} (mean MA "
+                       f"{float(self._forget_ma().mean()):.4f} < {self.switch_level():.4f})")
+
+    def on_train_start(self) -> None:
+        if self.phase != "ascend":
+            return
+        if self._target_met():  # nothing to unlearn: no update at all
+            self._stop("the forget set is already at the unseen level")
+        elif self.method in ("ta", "tau") and float(self._forget_ma().mean()) < self.switch_level():
+            self._start_task_arithmetic()
+
+    def on_train_epoch_start(self) -> None:
+        self._updates = 0
+        if self.phase == "finetune" and self._theta is not None:  # back from the edit to the fine-tuned weights
+            with torch.no_grad():
+                for n, p in self.model.named_parameters():
+                    p.copy_(self._theta[n])
+            self._theta = None
+            self._version += 1
 
     def training_step(self, batch: dict, batch_idx: int):
         if self.phase == "done":
             return None
         ids, mask = batch["input_ids"], batch["attention_mask"]
         logits = self.model(input_ids=ids, attention_mask=mask).logits
-        if self.phase == "ascend":
-            select = None
-            if self.hparams.method != "ga":  # SGA: score g(x) = MA in this forward pass, ascend on outliers only
-                thr = self.unlearning_thresholds()["ma"]
-                select = lambda ma: select_outliers(ma, thr)  # noqa: E731
-            loss, ma, k = gradient_ascent_loss(logits, ids, mask, select)
+        if self.phase == "finetune":
+            loss, ma, k = lm_loss(logits, ids, mask)
         else:
-            select = self._selected[batch["index"].cpu()].to(ids.device)
-            loss, ma, k = lm_loss(logits, ids, mask, select)
+            select = None
+            if self.method in ("sga", "tau"):  # score g(x) = MA in this forward pass, ascend on the selected x
+                thr, top = self.sga_level(), self.hparams.ascend_on_top
+                select = lambda ma: select_for_ascent(ma, thr, top)  # noqa: E731
+            loss, ma, k = gradient_ascent_loss(logits, ids, mask, select)
         self.log("train/selected", float(k), on_step=True, on_epoch=True, batch_size=ids.shape[0])
-        if loss is None:  # nothing above the threshold: no update at all (Lightning skips the optimizer step)
+        if loss is None:  # nothing selected: no update at all (Lightning skips the optimizer step)
             return None
+        self._updates += 1
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=ids.shape[0])
         return loss
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        if self.phase == "finetune" and self.trainer.is_last_batch:
-            self.round_epoch += 1
-            if self.round_epoch >= self.hparams.ta_finetune_epochs:
-                self._subtract_task_vector()
+        # at the end of the epoch's last batch, so that checkpoints and the metrics callback see the final weights
+        if not self.trainer.is_last_batch or self.phase == "done":
+            return
+        if self.phase == "finetune":
+            self._edit()
+        elif self._target_met():
+            self._stop("mean memorization at the unseen level")
+        elif self._updates == 0:
+            self._stop(f"no forget sequence at or above the SGA threshold {self.sga_level():.4f}")
+        elif self.method in ("ta", "tau") and float(self._forget_ma().mean()) < self.switch_level():
+            self._start_task_arithmetic()
+
+    def _lambdas(self) -> list[float]:
+        lam = self.hparams.ta_lambda
+        return sorted(self.hparams.ta_lambda_grid or [TA_LAMBDA[self.method] if lam is None else lam])
 
     @torch.no_grad()
-    def _subtract_task_vector(self) -> None:
-        base = self._base
-        params = {n: p.detach() for n, p in self.model.named_parameters()}  # views: written in place below
-        tau = task_vector(params, base)  # the only new copy of the model
-        grid = self.hparams.ta_lambda_grid or [self.hparams.ta_lambda]
-        for lam in sorted(grid):
-            task_arithmetic(base, tau, lam, out=params)
+    def _edit(self) -> None:
+        """theta_u = theta_s - lambda (theta - theta_s) into the model; kept (and fitting ends) when it meets the
+        stopping rule, else theta comes back at the next epoch's start (the official code edits before each
+        validation and restores after it)."""
+        params = {n: p.detach() for n, p in self.model.named_parameters()}  # written in place below
+        self._theta = snapshot(self.model.named_parameters())
+        for lam in self._lambdas():
+            negate_task_into(params, self._base, self._theta, lam)
             self._version += 1
-            if self._target_met(final=False):
-                break
-        self.lambdas.append(lam)
+            if self._target_met():
+                self.lambdas.append(lam)
+                self.log("train/ta_lambda", float(lam))
+                self._base = self._theta = None
+                self._stop(f"task arithmetic with lambda {lam} reaches the unseen level")
+                return
         self.log("train/ta_lambda", float(lam))
-        self.round += 1
-        self.round_epoch = 0
-        self._base = None
-        m = self.hparams.method
-        left = count_outliers(self._forget_ma(), self.unlearning_thresholds()["ma"])
-        if m == "ta" or left == 0:
-            self.phase = "done"
-        elif m == "sgatau":
-            self.phase = "ascend"
-        elif self.round >= self.hparams.tau_max_rounds:
-            self.phase = "done"
-        rank_zero_info(f"{m}: round {self.round} lambda {lam} -> {left} outlier(s) left; next phase {self.phase}")
 
-    def _target_met(self, final: bool = True) -> bool:
-        """ga / ta, and the lambda of sgatau's task-arithmetic step: Jang et al.'s rule (mean MA and mean EL_n of
-        D_f below the unseen levels); sga / tau / sgatau's SGA phase: c(D_f) = 0 (no forget sequence above the
-        unseen MA level)."""
-        thr = self.unlearning_thresholds()
-        f = self._dm().forget_set
-        if self.hparams.method in ("ga", "ta") or (self.hparams.method == "sgatau" and not final):
-            # "below the unseen level" read as <=, the complement of c(D_f)'s strict ">" (an unseen EL level of
-            # exactly 0 would otherwise never be reached); the cheap MA test first: EL_n needs generation
-            if float(self._forget_ma().mean()) > thr["ma"]:
-                return False
-            s = self.evaluate_memorization("forget", f, with_el=True)
-            return float(s.el.mean()) <= thr["el"]
-        return count_outliers(self._forget_ma(), thr["ma"]) == 0
-
-    def on_train_epoch_end(self) -> None:
-        if self.phase == "done" or (self.phase == "ascend" and self._target_met()):
-            self.trainer.should_stop = True
-        if self.trainer.should_stop:
-            rank_zero_info(f"{self.hparams.method}: stopping after epoch {self.current_epoch}")
+    def on_train_end(self) -> None:
+        if self.phase == "finetune":
+            rank_zero_warn(f"{self.method}: fitting ended before the task-arithmetic edit met the stopping "
+                           f"rule; the model keeps the edit with lambda {self._lambdas()[-1]}")
 
     # ------------------------------------------------------------------------------------------------ test
     def test_step(self, batch: dict, batch_idx: int) -> None:
@@ -253,18 +300,16 @@ class UnlearningModule(HubMixin, L.LightningModule):
 
     # ------------------------------------------------------------------------------------------ checkpoint
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["unlearning_state"] = {"phase": self.phase, "round": self.round, "round_epoch": self.round_epoch,
-                                          "lambdas": list(self.lambdas), "base": self._base,
-                                          "selected": self._selected}
+        checkpoint["unlearning_state"] = {"phase": self.phase, "lambdas": list(self.lambdas), "base": self._base,
+                                          "theta": self._theta}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         st = checkpoint.get("unlearning_state")
         if st:
-            self.phase, self.round, self.round_epoch = st["phase"], st["round"], st["round_epoch"]
-            self.lambdas, self._base, self._selected = st["lambdas"], st["base"], st["selected"]
+            self.phase, self.lambdas, self._base, self._theta = st["phase"], st["lambdas"], st["base"], st["theta"]
 
     def card_metadata(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {"tags": ["unlearning", "memorization", self.hparams.method]}
+        meta: dict[str, Any] = {"tags": ["unlearning", "memorization", self.method]}
         if isinstance(self.hparams.model, str):
             meta["base_model"] = self.hparams.model
         return meta
