@@ -76,6 +76,22 @@ def test_el_and_ma_match_brute_force_on_a_random_lm(tiny_config):
     torch.testing.assert_close(ma, torch.tensor([_brute_ma(model, s) for s in seqs], dtype=torch.float64))
 
 
+def test_el_when_the_sequences_fill_the_models_position_table(tiny_config):
+    # rows decoded together run as long as the longest; with T = max_position_embeddings the shorter rows' extra
+    # (dropped) steps would index past the table: same EL as the brute force, in one big decode or row by row
+    torch.manual_seed(0)
+    cfg = {**tiny_config, "vocab_size": 5, "max_position_embeddings": 9, "window_size": 9}
+    model = build_causal_lm(cfg, "float64").eval()
+    g = torch.Generator().manual_seed(2)
+    seqs = [torch.randint(0, 5, (9,), generator=g).tolist() for _ in range(3)]
+    ids, mask = _batch(seqs)
+    brute = torch.tensor([_brute_el(model, s, 2) for s in seqs], dtype=torch.float64)
+    for shortcut in (True, False):
+        for max_rows in (1024, 1):
+            el = extraction_likelihoods(model, ids, mask, n=2, shortcut=shortcut, max_rows=max_rows)
+            torch.testing.assert_close(el, brute, rtol=0, atol=1e-12)
+
+
 def test_overlap_counts_generated_ngrams_found_in_the_suffix():
     # label 2-grams: (1,2) (2,3) (3,4); pred 2-grams: (1,2) (2,9) (9,4) -> one hit of three
     assert overlap_n([1, 2, 9, 4], [1, 2, 3, 4], 2) == pytest.approx(1 / 3)

@@ -185,15 +185,36 @@ def greedy_decode(model: Callable, prefix_ids: torch.Tensor, prefix_mask: torch.
     return torch.stack(new, 1) if new else prefix_ids.new_zeros(prefix_ids.shape[0], 0)
 
 
-def _decode_rows(model, prefixes: list[list[int]], needs: list[int], max_rows: int, use_cache: bool, device):
+def _chunks(order: list[int], lengths: list[int], needs: list[int], max_rows: int, waste: float,
+            limit: int | None) -> list[list[int]]:
+    """Rows sorted by continuation length, cut into decodes of at most `max_rows` rows. Every row of a decode runs
+    as long as its longest continuation, after left padding to its longest prefix, so a decode also ends where
+    (a) its shortest continuation would be below (1 - waste) of the longest (bounds the wasted steps), or
+    (b) longest prefix + longest continuation would pass `limit`, the model's position table (GPT-Neo's causal
+    mask has exactly that many positions)."""
+    chunks: list[list[int]] = []
+    longest = 0
+    for r in order:
+        if needs[r] <= 0:
+            continue
+        if (not chunks or len(chunks[-1]) == max_rows or needs[r] < (1 - waste) * needs[chunks[-1][0]]
+                or (limit is not None and max(longest, lengths[r]) + needs[chunks[-1][0]] > limit)):
+            chunks.append([])
+            longest = 0
+        chunks[-1].append(r)
+        longest = max(longest, lengths[r])
+    return chunks
+
+
+def _decode_rows(model, prefixes: list[list[int]], needs: list[int], max_rows: int, use_cache: bool, device,
+                 waste: float = 0.25):
     """Greedy continuations (each `needs[r]` tokens) of unpadded prefixes, batched as left-padded rows sorted by
-    length of the continuation, `max_rows` rows per decode."""
+    length of the continuation (see `_chunks`)."""
     order = sorted(range(len(prefixes)), key=lambda r: needs[r], reverse=True)
     out: list[list[int]] = [[] for _ in prefixes]
-    for c in range(0, len(order), max_rows):
-        chunk = [r for r in order[c:c + max_rows] if needs[r] > 0]
-        if not chunk:
-            continue
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    limit = limit if isinstance(limit, int) else None
+    for chunk in _chunks(order, [len(p) for p in prefixes], needs, max_rows, waste, limit):
         P = max(len(prefixes[r]) for r in chunk)
         ids = torch.zeros(len(chunk), P, dtype=torch.long)  # filled on the host, moved once
         mask = torch.zeros(len(chunk), P, dtype=torch.long)
