@@ -29,7 +29,7 @@ def reference_el(model, ids: torch.Tensor, n: int) -> torch.Tensor:
     conts: list[list[list[int]]] = [[[] for _ in range(T - 1)] for _ in range(B)]
     for t in reversed(range(1, T)):
         out = model.generate(input_ids=ids[:, :t], attention_mask=torch.ones_like(ids[:, :t]), max_length=T,
-                             min_length=T, do_sample=False, pad_token_id=0)[:, t:]
+                             do_sample=False, pad_token_id=0)[:, t:]
         for b in range(B):
             conts[b][t - 1] = out[b].tolist()
     return torch.tensor([extraction_likelihood(ids[b].tolist(), conts[b], n) for b in range(B)], dtype=torch.float64)
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> None:
                              "attention_types": [[["global", "local"], max(1, a.layers // 2)]],
                              "window_size": 256, "max_position_embeddings": max(256, a.seq_len),
                              "intermediate_size": 4 * a.hidden, "resid_dropout": 0.0, "embed_dropout": 0.0,
-                             "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 1,
-                             "pad_token_id": 0}).eval()
+                             "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None,
+                             "pad_token_id": 0}).eval()  # no EOS: generate must not stop (or bar a token) early
     ids = torch.randint(2, a.vocab, (a.num_seqs, a.seq_len), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
     rows = []
