@@ -149,6 +149,17 @@ def test_unknown_method_is_an_error(tiny_config):
         UnlearningModule(model=tiny_config, method="foo")
 
 
+@pytest.mark.parametrize("kw, match", [
+    ({"ta_lambda": 0.0}, "lambda must be > 0"),
+    ({"ta_lambda_grid": [1.0, -2.0]}, "lambda must be > 0"),
+    ({"outlier_low": 0.6, "outlier_high": 0.15}, "outlier_low 0.6 is above outlier_high 0.15"),
+    ({"betas": (0.9, 1.0)}, "betas must lie in"),
+])
+def test_bad_settings_are_refused(tiny_config, kw, match):
+    with pytest.raises(ZooError, match=match):
+        UnlearningModule(model=tiny_config, method="tau", **kw)
+
+
 def test_task_arithmetic_in_place_matches_the_returned_dict():
     g = torch.Generator().manual_seed(0)
     base = {"a": torch.randn(3, 4, generator=g), "b": torch.randn(5, generator=g)}

@@ -103,6 +103,13 @@ class UnlearningModule(HubMixin, L.LightningModule):
             raise ZooError(f"unknown unlearning method {self.hparams.method!r}; use one of {METHODS} "
                            f"(or {tuple(ALIASES)})")
         self.method = method
+        lams = list(ta_lambda_grid or []) + ([] if ta_lambda is None else [ta_lambda])
+        if any(v <= 0 for v in lams):
+            raise ZooError(f"task-arithmetic lambda must be > 0 (it scales the subtracted task vector), got {lams}")
+        if outlier_low is not None and outlier_high is not None and outlier_low > outlier_high:
+            raise ZooError(f"outlier_low {outlier_low} is above outlier_high {outlier_high}")
+        if not all(0 <= b < 1 for b in betas):
+            raise ZooError(f"Adam betas must lie in [0, 1), got {tuple(betas)}")
         kw = dict(model_kwargs or {})
         self.model = build_causal_lm({**model, **kw} if isinstance(model, dict) else model, torch_dtype,
                                      **({} if isinstance(model, dict) else kw))
