@@ -27,7 +27,7 @@ import lightning.pytorch as pl
 
 from zoo.errors import ZooError
 from zoo.unlearning.metrics import (SequenceScores, attack_auc, check_disjoint, check_window, outlier_counts,
-                                    score_sequences, unseen_thresholds)
+                                    outlier_sides, score_sequences, unseen_thresholds)
 
 TABLE = "unlearning_metrics.csv"
 
@@ -114,19 +114,15 @@ class UnlearningMetrics(pl.Callback):
         return m
 
     def _perturbation_auc(self, trainer, pl_module, forget, unseen) -> float:
-        from zoo.unlearning.attack import MaskFillPerturber, RandomSpanPerturber, decode_rows, perturbation_attack_auc
+        from zoo.unlearning.attack import MaskFillPerturber, memorization_attack_auc
 
         tok = getattr(trainer.datamodule, "tokenizer", None)
         if tok is None:
             raise ZooError("the perturbation attack needs the datamodule's `tokenizer` to decode the sequences")
-        texts = [decode_rows(tok, d.input_ids, d.attention_mask) for d in (forget, unseen)]
-        if self._perturber is None:
-            kw = self.perturber_kw
-            self._perturber = (MaskFillPerturber.from_pretrained(self.mask_model, **kw) if self.mask_model else
-                               RandomSpanPerturber(sorted({w for t in texts[1] for w in t.split()}), **kw))
-        model = getattr(pl_module, "model", pl_module)
-        return perturbation_attack_auc(model, tok, *texts, self._perturber, n_perturbations=self.n_perturbations,
-                                       batch_size=self.batch_size)
+        if self._perturber is None and self.mask_model:  # loaded once
+            self._perturber = MaskFillPerturber.from_pretrained(self.mask_model, **self.perturber_kw)
+        return memorization_attack_auc(getattr(pl_module, "model", pl_module), tok, forget, unseen, self._perturber,
+                                       self.n_perturbations, self.batch_size, **self.perturber_kw)
 
     def _write_rows(self, trainer, stage, epoch, forget, sf, unseen, su, thr) -> None:
         path = Path(trainer.default_root_dir) / self.table_name
@@ -139,12 +135,11 @@ class UnlearningMetrics(pl.Callback):
             if new:
                 w.writerow(["stage", "epoch", "set", "doc_id", "ma", "el", "nll", "outlier"])
             for name, data, s in (("forget", forget, sf), ("unseen", unseen, su)):
+                sides = outlier_sides(s.ma, thr["high"], thr["low"]) if name == "forget" else [""] * len(s.ma)
                 for i, d in enumerate(data.doc_ids):
                     el = "" if s.el is None else f"{float(s.el[i]):.6f}"
-                    ma = float(s.ma[i])
-                    out = "high" if ma >= thr["high"] else "low" if ma <= thr["low"] else ""
-                    w.writerow([stage, epoch, name, d, f"{ma:.6f}", el, f"{float(s.nll[i]):.6f}",
-                                out if name == "forget" else ""])
+                    w.writerow([stage, epoch, name, d, f"{float(s.ma[i]):.6f}", el, f"{float(s.nll[i]):.6f}",
+                                sides[i]])
 
     @staticmethod
     def _weights_key(trainer, pl_module):

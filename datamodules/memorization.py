@@ -54,7 +54,7 @@ class MemorizationSet:
         return [self.input_ids[i, :L].tolist() for i, L in enumerate(self.lengths)]
 
 
-class _Indexed(Dataset):
+class _Rows(Dataset):
     def __init__(self, s: MemorizationSet):
         self.s = s
 
@@ -62,7 +62,7 @@ class _Indexed(Dataset):
         return len(self.s)
 
     def __getitem__(self, i: int) -> dict:
-        return {"input_ids": self.s.input_ids[i], "attention_mask": self.s.attention_mask[i], "index": i}
+        return {"input_ids": self.s.input_ids[i], "attention_mask": self.s.attention_mask[i]}
 
 
 def read_extraction_csv(path: str | Path) -> list[dict]:
@@ -343,8 +343,8 @@ class MemorizationDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         self.setup()
         # shuffled as the official code (RandomSampler); with batch = the whole forget set order is moot
-        return DataLoader(_Indexed(self.forget_set), batch_size=self.hparams.batch_size, shuffle=True)
+        return DataLoader(_Rows(self.forget_set), batch_size=self.hparams.batch_size, shuffle=True)
 
     def test_dataloader(self) -> DataLoader:
         self.setup()
-        return DataLoader(_Indexed(self.forget_set), batch_size=self.hparams.eval_batch_size, shuffle=False)
+        return DataLoader(_Rows(self.forget_set), batch_size=self.hparams.eval_batch_size, shuffle=False)

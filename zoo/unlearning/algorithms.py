@@ -58,26 +58,15 @@ def snapshot(params: Iterable[tuple[str, torch.nn.Parameter]]) -> dict[str, torc
     return {n: p.detach().clone() for n, p in params}
 
 
-def task_vector(finetuned: dict[str, torch.Tensor], base: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """tau = theta_ft - theta_0."""
-    return {n: finetuned[n] - base[n] for n in base}
-
-
 @torch.no_grad()
-def negate_task_into(out: dict[str, torch.Tensor], base: dict[str, torch.Tensor],
-                     finetuned: dict[str, torch.Tensor], lam: float) -> None:
-    """out = base - lam * (finetuned - base), one tensor at a time (no full task-vector copy of the model)."""
+def task_arithmetic(base: dict[str, torch.Tensor], finetuned: dict[str, torch.Tensor], lam: float,
+                    out: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """theta_u = theta_0 - lambda * (theta_ft - theta_0): the forget-set task vector, negated. One tensor at a time,
+    written into `out` (e.g. the model's parameters) when given, so no copy of the task vector or the model is
+    made."""
+    if out is None:
+        out = {n: torch.empty_like(b) for n, b in base.items()}
     for n in base:
         torch.sub(finetuned[n], base[n], out=out[n])
         out[n].mul_(-lam).add_(base[n])
-
-
-def task_arithmetic(base: dict[str, torch.Tensor], tau: dict[str, torch.Tensor], lam: float,
-                    out: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """theta_u = theta_0 - lambda * tau (negating the forget-set task); written into `out` (e.g. the model's
-    parameters, under no_grad) when given, so no second copy of the model is made."""
-    if out is None:
-        return {n: base[n] - lam * tau[n] for n in base}
-    for n in base:
-        torch.sub(base[n], tau[n], alpha=lam, out=out[n])
     return out

@@ -351,3 +351,14 @@ def perturbation_attack_auc(model, tokenizer, forget_texts: Sequence[str], unsee
     f = perturbation_discrepancy(model, tokenizer, forget_texts, perturber, **kw)["score"]
     u = perturbation_discrepancy(model, tokenizer, unseen_texts, perturber, **kw)["score"]
     return attack_auc(f, u)
+
+
+def memorization_attack_auc(model, tokenizer, forget, unseen, perturber: Perturber | None = None,
+                            n_perturbations: int = 25, batch_size: int = 32, **perturber_kw: Any) -> float:
+    """The attack on two right-padded token sets (`input_ids`, `attention_mask`; e.g. MemorizationSet), on their
+    decoded texts. `perturber` None: a RandomSpanPerturber over the unseen set's words (`perturber_kw` configure it)."""
+    f, u = (decode_rows(tokenizer, s.input_ids, s.attention_mask) for s in (forget, unseen))
+    if perturber is None:
+        perturber = RandomSpanPerturber(sorted({w for t in u for w in t.split()}), **perturber_kw)
+    return perturbation_attack_auc(model, tokenizer, f, u, perturber, n_perturbations=n_perturbations,
+                                   batch_size=batch_size)

@@ -109,11 +109,18 @@ def unseen_thresholds(unseen: SequenceScores, num_std: float = 0.0, band_std: fl
             "low": low, "high": high}
 
 
+def outlier_sides(scores: Sequence[float] | torch.Tensor, high: float, low: float | None = None) -> list[str]:
+    """Per sequence: "high" (still memorized: score >= high), "low" (unlearned too far: score <= low) or "";
+    the official analysis uses >= / <=."""
+    return ["high" if v >= high else "low" if low is not None and v <= low else ""
+            for v in torch.as_tensor(scores, dtype=torch.float64).flatten().tolist()]
+
+
 def outlier_counts(forget_scores: Sequence[float] | torch.Tensor, high: float,
                    low: float | None = None) -> tuple[int, int]:
-    """(still memorized: score >= high, unlearned too far: score <= low); the official analysis uses >= / <=."""
-    s = torch.as_tensor(forget_scores, dtype=torch.float64)
-    return int((s >= high).sum()), (0 if low is None else int((s <= low).sum()))
+    """(still memorized, unlearned too far) among the forget sequences (see `outlier_sides`)."""
+    sides = outlier_sides(forget_scores, high, low)
+    return sides.count("high"), sides.count("low")
 
 
 def count_outliers(forget_scores: Sequence[float] | torch.Tensor, high: float, low: float | None = None) -> int:

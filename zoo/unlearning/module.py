@@ -30,7 +30,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.lm import build_causal_lm
-from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, negate_task_into, select_for_ascent, snapshot
+from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, select_for_ascent, snapshot, task_arithmetic
 from zoo.unlearning.metrics import (SequenceScores, check_disjoint, check_window, outlier_band, score_sequences,
                                     unseen_threshold)
 
@@ -222,13 +222,21 @@ class UnlearningModule(HubMixin, L.LightningModule):
         rank_zero_info(f"{self.method}: task arithmetic from epoch {self.current_epoch} (mean MA "
                        f"{float(self._forget_ma().mean()):.4f} < {self.switch_level():.4f})")
 
-    def on_train_start(self) -> None:
-        if self.phase != "ascend":
-            return
-        if self._target_met():  # nothing to unlearn: no update at all
-            self._stop("the forget set is already at the unseen level")
+    def _check_ascent(self, started: bool) -> None:
+        """Before the first step (`started` False) and after each ascent epoch: stop on the rule (before any step:
+        nothing to unlearn, no update at all), on an epoch without any update, or switch TA / TAU to task
+        arithmetic."""
+        if self._target_met():
+            self._stop("mean memorization at the unseen level" if started else
+                       "the forget set is already at the unseen level")
+        elif started and self._updates == 0:
+            self._stop(f"no forget sequence at or above the SGA threshold {self.sga_level():.4f}")
         elif self.method in ("ta", "tau") and float(self._forget_ma().mean()) < self.switch_level():
             self._start_task_arithmetic()
+
+    def on_train_start(self) -> None:
+        if self.phase == "ascend":
+            self._check_ascent(started=False)
 
     def on_train_epoch_start(self) -> None:
         self._updates = 0
@@ -265,12 +273,8 @@ class UnlearningModule(HubMixin, L.LightningModule):
             return
         if self.phase == "finetune":
             self._edit()
-        elif self._target_met():
-            self._stop("mean memorization at the unseen level")
-        elif self._updates == 0:
-            self._stop(f"no forget sequence at or above the SGA threshold {self.sga_level():.4f}")
-        elif self.method in ("ta", "tau") and float(self._forget_ma().mean()) < self.switch_level():
-            self._start_task_arithmetic()
+        else:
+            self._check_ascent(started=True)
 
     def _lambdas(self) -> list[float]:
         lam = self.hparams.ta_lambda
@@ -284,7 +288,7 @@ class UnlearningModule(HubMixin, L.LightningModule):
         params = {n: p.detach() for n, p in self.model.named_parameters()}  # written in place below
         self._theta = snapshot(self.model.named_parameters())
         for lam in self._lambdas():
-            negate_task_into(params, self._base, self._theta, lam)
+            task_arithmetic(self._base, self._theta, lam, out=params)
             self._version += 1
             if self._target_met():
                 self.lambdas.append(lam)

@@ -24,7 +24,7 @@ import lightning as L
 import torch
 
 from datamodules.memorization import MemorizationDataModule
-from zoo.unlearning.attack import RandomSpanPerturber, decode_rows, perturbation_attack_auc
+from zoo.unlearning.attack import memorization_attack_auc
 from zoo.unlearning.metrics import attack_auc, outlier_counts, score_sequences, unseen_thresholds
 from zoo.unlearning.module import METHODS, TINY_GPT_NEO, UnlearningModule
 
@@ -38,9 +38,8 @@ def perturbation_auc(model, dm, n_perturbations: int = 25) -> float:
     """The paper's attack (DetectGPT perturbation discrepancy), with random word spans drawn from the unseen texts
     in place of t5-large fills (offline); single-word spans, at least one per text: the 32-byte texts hold about six
     words, too few for the official two-word spans at pct 0.3."""
-    f, u = (decode_rows(dm.tokenizer, s.input_ids, s.attention_mask) for s in (dm.forget_set, dm.unseen_set))
-    perturber = RandomSpanPerturber(sorted({w for t in u for w in t.split()}), span_length=1, ceil_pct=True)
-    return perturbation_attack_auc(model, dm.tokenizer, f, u, perturber, n_perturbations=n_perturbations)
+    return memorization_attack_auc(model, dm.tokenizer, dm.forget_set, dm.unseen_set, n_perturbations=n_perturbations,
+                                   span_length=1, ceil_pct=True)
 
 
 def evaluate(model, dm, thr: dict, el_n: int) -> dict:
