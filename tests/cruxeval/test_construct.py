@@ -39,10 +39,6 @@ def test_static_rejects(code, inp, problem):
     assert any(p.startswith(problem) for p in problems), problems
 
 
-def _runtime(code, inp="'abc', 2", **kw):
-    return runtime_problems([(code, inp)], **kw)[0]
-
-
 def test_runtime_accepts_and_computes_output(sandbox):
     problems, out = runtime_problems([(GOOD, "'ab', 2")], sandbox)[0]
     assert problems == [] and out == "'AB!!'"

@@ -1,7 +1,6 @@
 """DPSASRecModule end to end with DPClipping + SeqRecDataModule, and the Hub round trip (tied weights)."""
 
 import lightning.pytorch as pl
-import pytest
 import torch
 
 from callbacks.dp_clipping import DPClipping
