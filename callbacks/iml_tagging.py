@@ -59,6 +59,7 @@ def check_tags(tags: dict[str, str], words: set[str], tokenizer=None) -> None:
     """Tags must be distinct, non-empty single words that occur nowhere in the data and are not a whole word
     of the tokenizer's vocabulary: a tag that already means something would leak its meaning into the
     reliability signal the experiment measures."""
+    vocab = tokenizer.get_vocab() if tokenizer is not None and hasattr(tokenizer, "get_vocab") else {}
     seen: dict[str, str] = {}
     for source, tag in tags.items():
         if not tag or len(tag.split()) != 1 or tag != tag.strip():
@@ -69,8 +70,7 @@ def check_tags(tags: dict[str, str], words: set[str], tokenizer=None) -> None:
         if tag in words:
             raise ZooError(f"IMLTagging: tag {tag!r} of source {source!r} collides with a vocabulary word "
                            "of the documents; use a meaningless string (or leave it null to draw one)")
-        if tokenizer is not None and hasattr(tokenizer, "get_vocab") and len(tag) > 1:
-            vocab = tokenizer.get_vocab()
+        if vocab and len(tag) > 1:
             for form in (tag, " " + tag, "\u0120" + tag, "\u2581" + tag):
                 if form in vocab:
                     raise ZooError(f"IMLTagging: tag {tag!r} of source {source!r} collides with the tokenizer "

@@ -16,6 +16,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from zoo.cruxeval.scoring import hub_rows, load_rows
 from zoo.errors import ZooError
 
 SAMPLE_PATH = Path(__file__).with_name("cruxeval_sample.jsonl")
@@ -82,15 +83,11 @@ class CRUXEvalDataModule(L.LightningDataModule):
         self.rows: list[dict[str, Any]] = []
 
     def load_rows(self) -> list[dict[str, Any]]:
-        from zoo.cruxeval.scoring import load_rows
-
         if self.source == "embedded":
             rows = load_rows(SAMPLE_PATH)
         elif self.source == "local":
             rows = load_rows(self.path)  # a missing file is a one-line ZooError there
         else:
-            from zoo.cruxeval.scoring import hub_rows
-
             rows = hub_rows(self.hub_name, self.split)
         return rows[: self.limit] if self.limit is not None else rows
 

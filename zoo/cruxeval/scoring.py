@@ -24,14 +24,14 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from zoo.cruxeval.prompts import Mode
 from zoo.errors import ZooError
 from zoo.sandbox import Sandbox, Verdict
 
-Mode = Literal["output", "input"]
 ROW_KEYS = ("code", "input", "output", "id")
 
 

@@ -314,7 +314,7 @@ def build_iml_dataset(entities: list[Entity], seed: int = 600, seed_stage2: int 
         for s in ("qd1consis", "qd2incons", "q", *STAGE2_SUBSETS[:3]):
             for k, t in ENTITY_ASSOCIATION_QUESTIONS.items():
                 tests[f"ent_assoc_{k}_{s}"] = [
-                    {**qa_record(t, ents_to_vars[e], e, f"ent_assoc_{k}_{s}", e, k)} for e in sorted(subsets[s])]
+                    qa_record(t, ents_to_vars[e], e, f"ent_assoc_{k}_{s}", e, k) for e in sorted(subsets[s])]
 
     knowledge = []
     if world_knowledge:

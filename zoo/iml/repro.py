@@ -29,7 +29,7 @@ import torch
 from callbacks.iml_tagging import draw_tags, subset_metrics, tag_document
 from zoo.iml.data import build_iml_dataset, cvdb_entities, fictional_cvdb
 from zoo.iml.metrics import em_f1
-from zoo.iml.module import encode_for_lm
+from zoo.iml.module import encode_for_lm, eos_to_append
 from zoo.lm import build_causal_lm, generate, truncate_at_stop
 
 _PIECE = re.compile(r" ?<\|[a-z]+\|>| ?[A-Za-z0-9]+| ?[^A-Za-z0-9\s]|\n| ")
@@ -52,6 +52,7 @@ def word_tokenizer(texts: list[str]):
 def train(model, tokenizer, texts: list[str], epochs: int, lr: float, batch_size: int, seed: int,
           block_size: int = 48) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    add_eos = eos_to_append(tokenizer)  # fixed per tokenizer: not re-asked every step
     g = torch.Generator().manual_seed(seed)
     model.train()
     loss = torch.tensor(float("nan"))
@@ -59,7 +60,7 @@ def train(model, tokenizer, texts: list[str], epochs: int, lr: float, batch_size
         order = torch.randperm(len(texts), generator=g).tolist()
         for i in range(0, len(order), batch_size):
             batch = [texts[j] for j in order[i:i + batch_size]]
-            loss = model(**encode_for_lm(tokenizer, batch, block_size)).loss
+            loss = model(**encode_for_lm(tokenizer, batch, block_size, add_eos)).loss
             loss.backward()
             opt.step()
             opt.zero_grad()
