@@ -131,7 +131,7 @@ class LongTailDataModule(L.LightningDataModule):
         self.imbalance_ratio, self.imbalance_type, self.step_classes = imbalance_ratio, imbalance_type, step_classes
         self.eval_batch_size = eval_batch_size or batch_size
 
-    def _load(self):  # -> (train_x, train_y), (test_x, test_y), (mean, std), size, val
+    def _load(self):  # -> (train_x, train_y), (test_x, test_y), (mean, std), val (None: val = test)
         raise NotImplementedError
 
     def setup(self, stage: Optional[str] = None) -> None:

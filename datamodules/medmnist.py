@@ -48,9 +48,9 @@ def read_medmnist(path: Path) -> dict[str, np.ndarray]:
             if missing:
                 raise ZooError(f"MedMNIST file {str(path)!r} lacks keys {missing} (has {sorted(f.files)})")
             data = {k: f[k] for k in KEYS}
-    except (OSError, ValueError) as e:
-        if isinstance(e, ZooError):
-            raise
+    except ZooError:
+        raise
+    except (OSError, ValueError) as e:  # ZooError is a ValueError: re-raised as is above
         raise ZooError(f"cannot read MedMNIST file {str(path)!r}: {e}") from e
     for s in SPLITS:
         x, y = data[f"{s}_images"], data[f"{s}_labels"]

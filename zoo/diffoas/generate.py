@@ -51,11 +51,8 @@ class Problem:
     n_basis: int  # paper: 30 / 50 / 50 basis solutions (Appendix B.2)
     coefficients: Callable[[np.random.Generator, int, int], np.ndarray]  # (rng, n, s) -> (n, C, s, s)
     source: Callable[[np.random.Generator, int, int], np.ndarray]  # (rng, n, s) -> (n, s, s)
-    fields: Callable[[np.ndarray], tuple]  # coefficient channels -> (c, q) of A(c, q)
-
-    def operator_fields(self, a: np.ndarray):
-        """(c, q) of A(c, q) from coefficient channels ``a`` (C, s, s) or a batch (C, m, s, s)."""
-        return self.fields(a)
+    # (c, q) of A(c, q) from coefficient channels ``a`` (C, s, s) or a batch (C, m, s, s)
+    operator_fields: Callable[[np.ndarray], tuple]
 
     def operator(self, a: np.ndarray):
         c, q = self.operator_fields(a)
@@ -306,11 +303,11 @@ def generate_diffoas(
         )
     if l > n * n:
         raise ZooError(f"basis count n_basis={l} exceeds the {n * n} unknowns of grid s={s}")
+    dt = _dtype(dtype)
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     U, basis_res = solve_basis(P, s, l, rng, solver, rtol, maxiter)
     t1 = time.perf_counter()
-    dt = _dtype(dtype)
     a_all = np.empty((n_samples, len(P.channels), s, s), dtype=dt)
     f_all = np.zeros((n_samples, s, s), dtype=dt)
     u_all = np.zeros((n_samples, s, s), dtype=dt)
@@ -347,6 +344,7 @@ def generate_solver(
     s = check_grid(grid_size or P.grid_size)
     if n_samples < 1:
         raise ZooError(f"n_samples must be >= 1, got {n_samples}")
+    dt = _dtype(dtype)
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     a = P.coefficients(rng, n_samples, s)
@@ -360,7 +358,6 @@ def generate_solver(
         res = max(res, r)
     t1 = time.perf_counter()
     meta = _meta(P, solver, s, n_samples, seed, rtol=rtol, max_residual=res, time_total_s=t1 - t0, dtype=dtype)
-    dt = _dtype(dtype)
     return PDEData(a.astype(dt, copy=False), f.astype(dt, copy=False), u.astype(dt, copy=False), meta)
 
 

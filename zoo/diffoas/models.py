@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from zoo.errors import ZooError
+
 
 def relative_l2(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """Per-sample ||pred - target||_2 / ||target||_2 over all but the batch dimension (the paper's metric)."""
@@ -88,6 +90,4 @@ def build_model(name: str, in_channels: int, grid_size: int, **kw) -> nn.Module:
         return build_fno(in_channels, **kw)
     if name == "deeponet":
         return DeepONet(in_channels, grid_size, **kw)
-    from zoo.errors import ZooError
-
     raise ZooError(f"unknown neural operator {name!r}: choose 'fno' or 'deeponet'")

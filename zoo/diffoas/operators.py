@@ -95,24 +95,6 @@ def _interior_q(q, s: int):
     raise ZooError(f"reaction field q has shape {q.shape[-2:]}, expected ({s}, {s}) or ({s - 2}, {s - 2})")
 
 
-def stencil_values(c: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> np.ndarray:
-    """CSR data of ``sigma * (-div(c grad .)) + q`` for a batch of fields ``c`` (..., s, s): shape (..., nnz)."""
-    c = np.asarray(c, dtype=np.float64)
-    if c.ndim < 2 or c.shape[-1] != c.shape[-2]:
-        raise ZooError(f"coefficient field must be square in its last two axes, got shape {c.shape}")
-    s = check_grid(c.shape[-1])
-    n = s - 2
-    batch = c.shape[:-2]
-    inv_h2 = float((s - 1) ** 2)
-    cw, ce, cs, cn = face_coefficients(c)
-    indptr, indices, gather = _pattern(n)
-    diag = sigma * inv_h2 * (cw + ce + cs + cn) + _interior_q(q, s)
-    stacked = np.stack([np.broadcast_to(diag, cw.shape), -sigma * inv_h2 * cw, -sigma * inv_h2 * ce,
-                        -sigma * inv_h2 * cs, -sigma * inv_h2 * cn], axis=-3)
-    data = stacked.reshape(batch + (5 * n * n,)).take(gather, axis=-1)
-    return data
-
-
 def assemble_operator(c: np.ndarray, q: np.ndarray | None = None, sigma: float = 1.0) -> sp.csr_matrix:
     """CSR matrix of ``sigma * (-div(c grad .)) + q`` on the interior nodes of the s x s grid of ``c``.
 
@@ -120,11 +102,15 @@ def assemble_operator(c: np.ndarray, q: np.ndarray | None = None, sigma: float =
     ``q`` is nodal on the full or the interior grid. Vectorised: values are scattered into a cached pattern.
     """
     c = np.asarray(c, dtype=np.float64)
-    if c.ndim != 2:
-        raise ZooError(f"coefficient field must be a 2-D array, got shape {c.shape}")
-    data = stencil_values(c, q, sigma)
-    n = c.shape[0] - 2
-    indptr, indices, _ = _pattern(n)
+    if c.ndim != 2 or c.shape[0] != c.shape[1]:
+        raise ZooError(f"coefficient field must be a square 2-D array, got shape {c.shape}")
+    s = check_grid(c.shape[-1])
+    n = s - 2
+    k = sigma * float((s - 1) ** 2)
+    cw, ce, cs, cn = face_coefficients(c)
+    indptr, indices, gather = _pattern(n)
+    diag = k * (cw + ce + cs + cn) + _interior_q(q, s)
+    data = np.stack([diag, -k * cw, -k * ce, -k * cs, -k * cn]).reshape(-1).take(gather)
     return sp.csr_matrix((data, indices, indptr), shape=(n * n, n * n))
 
 

@@ -130,10 +130,9 @@ class SCoReModule(HubMixin, L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        n_views = x.shape[1] if x.dim() == 5 else 1
         if self.in_probe_stage:
             with torch.no_grad():
-                h = self.net.encoder(x[:, 0] if n_views > 1 else x)
+                h = self.net.encoder(x[:, 0] if x.dim() == 5 else x)
             loss = F.cross_entropy(self.net.classifier(h), y)
             self.log("train/ce", loss, prog_bar=True)
         else:
