@@ -135,9 +135,8 @@ def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
         import pandas as pd
 
         rows = pd.concat([pd.read_parquet(p) for p in parquet]).to_dict("records")
-    for i, r in enumerate(rows[:1]):
-        if "question" not in r or "answer" not in r:
-            raise ZooError(f"GSM8K {split} rows in {directory} need fields 'question' and 'answer', got {sorted(r)}")
+    if rows and ("question" not in rows[0] or "answer" not in rows[0]):
+        raise ZooError(f"GSM8K {split} rows in {directory} need fields 'question' and 'answer', got {sorted(rows[0])}")
     return [{"question": r["question"], "answer": r["answer"]} for r in rows]
 
 

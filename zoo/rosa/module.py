@@ -26,11 +26,11 @@ import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-from datamodules.gsm8k import STOP_STRINGS, GSM8KExactMatch
+from datamodules.gsm8k import STOP_STRINGS, GSM8KExactMatch, extract_answer, is_correct
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.lm import build_causal_lm, generate, linear_warmup_decay, load_tokenizer
-from zoo.rosa.mask import ALL_LINEAR, apply_rosa, check_density, load_mask, rosa_layers, save_mask
+from zoo.rosa.mask import ALL_LINEAR, apply_rosa, check_density, find_targets, load_mask, rosa_layers, save_mask
 
 ADAPTER_KEYS = ("lora_A", "lora_B", "sparse_values", "sparse_index", "sparse_ready")
 
@@ -98,8 +98,6 @@ class CausalLMFinetune(HubMixin, L.LightningModule):
                             for q, c, a in zip(batch["question"], completions, batch["answer"])]
 
     def on_test_epoch_end(self) -> None:
-        from datamodules.gsm8k import extract_answer, is_correct
-
         if self.trainer is None or not self._test_rows:
             return
         rank = self.trainer.global_rank
@@ -327,7 +325,6 @@ class LoRABaselineModule(CausalLMFinetune):
         if r <= 0:
             raise ZooError(f"LoRA rank r must be positive, got {r}")
         from peft import LoraConfig, get_peft_model
-        from zoo.rosa.mask import find_targets
 
         base = build_causal_lm(model, torch_dtype=torch_dtype)
         self._init_common(model, tokenizer)
