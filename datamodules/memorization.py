@@ -29,6 +29,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from zoo.errors import ZooError
+from zoo.lm import right_pad
 from zoo.unlearning.metrics import check_disjoint
 
 CSV_FIELDS = ("doc_id", "corpus", "text")
@@ -89,12 +90,7 @@ def write_extraction_csv(path: str | Path, rows: list[dict]) -> None:
 def tokenize_rows(tokenizer, rows: list[dict], seq_len: int) -> MemorizationSet:
     """First `seq_len` tokens of each text (no special tokens), right-padded with the pad id."""
     ids = [tokenizer(r["text"], add_special_tokens=False)["input_ids"][:seq_len] for r in rows]
-    T = max((len(x) for x in ids), default=0)
-    out = torch.full((len(ids), T), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(ids), T), dtype=torch.long)
-    for i, x in enumerate(ids):
-        out[i, :len(x)] = torch.tensor(x, dtype=torch.long)
-        mask[i, :len(x)] = 1
+    out, mask = right_pad(ids, tokenizer.pad_token_id)
     return MemorizationSet(out, mask, [str(r["doc_id"]) for r in rows], [r["text"] for r in rows])
 
 

@@ -107,6 +107,16 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sampl
     return [texts[i * k:(i + 1) * k] for i in range(len(prompts))]
 
 
+def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) of token lists, right-padded with `pad_id` to the longest (long tensors)."""
+    ids = torch.full((len(rows), max((len(r) for r in rows), default=0)), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+        mask[i, :len(r)] = 1
+    return ids, mask
+
+
 def linear_warmup_decay(warmup_steps: int, total_steps: int, decay: bool = True):
     """A LambdaLR factor: linear warm-up over `warmup_steps`, then linear decay to 0 at `total_steps` (composer's
     `linear_decay_with_warmup` with alpha_f=0, RoSA's schedule), or constant when `decay` is False."""

@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.errors import ZooError
 from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
-from zoo.lm import build_causal_lm, linear_warmup_decay, load_tokenizer
+from zoo.lm import build_causal_lm, linear_warmup_decay, load_tokenizer, right_pad
 from zoo.rundir import newest_match
 
 TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -75,13 +75,8 @@ def encode_for_lm(tokenizer, texts: list[str], block_size: int, add_eos: bool | 
     for ids in tokenizer(list(texts))["input_ids"]:
         ids = list(ids) + ([tokenizer.eos_token_id] if add_eos else [])
         rows.append(ids[:block_size])
-    width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        input_ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-        attention_mask[i, :len(r)] = 1
+    input_ids, attention_mask = right_pad(rows, pad)
     labels = input_ids.masked_fill(attention_mask == 0, -100)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 

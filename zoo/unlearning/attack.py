@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from zoo.errors import ZooError
+from zoo.lm import right_pad
 from zoo.unlearning.metrics import attack_auc, token_stats
 
 # A perturber maps texts to one perturbed text each, drawing its randomness from the generator only.
@@ -80,13 +81,7 @@ def encode(tokenizer, texts: Sequence[str], seq_len: int | None = None) -> tuple
     enc = tokenizer(list(texts), add_special_tokens=False, truncation=seq_len is not None,
                     max_length=seq_len)["input_ids"]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    T = max(len(e) for e in enc)
-    ids = torch.full((len(enc), T), pad, dtype=torch.long)
-    mask = torch.zeros((len(enc), T), dtype=torch.long)
-    for i, e in enumerate(enc):
-        ids[i, :len(e)] = torch.tensor(e, dtype=torch.long)
-        mask[i, :len(e)] = 1
-    return ids, mask
+    return right_pad(enc, pad)
 
 
 # ---------------------------------------------------------------------------------------------- span masking
