@@ -57,14 +57,6 @@ def long_tail_indices(labels: np.ndarray, counts: Sequence[int], seed: int = 0) 
     return np.concatenate(keep)
 
 
-def shot_groups(train_counts: Sequence[int], many: int = 100, few: int = 20) -> dict[str, list[int]]:
-    """Many-shot (> many), medium-shot and few-shot (< few) classes by training-set size (Liu et al., 2019)."""
-    groups = {"many": [], "medium": [], "few": []}
-    for c, n in enumerate(train_counts):
-        groups["many" if n > many else "few" if n < few else "medium"].append(c)
-    return groups
-
-
 def embedded_digits(image_size: int = 32, channels: int = 3, test_per_class: int = 30):
     """scikit-learn's bundled 8x8 digits as uint8 images [N, C, s, s] with a balanced test split."""
     from sklearn.datasets import load_digits

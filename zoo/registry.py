@@ -24,6 +24,7 @@ class Paper:
     datamodules: tuple[str, ...] = ()
     callbacks: tuple[str, ...] = ()
     configs: tuple[str, ...] = ()  # stems under configs/; each has a twin under configs/smoke/
+    sweeps: tuple[str, ...] = ()  # stems under configs/sweeps/ (reproductions); each has a twin under configs/smoke/sweeps/
     # Verbs the smoke test runs for each config; evaluation-only papers skip `fit`.
     smoke_verbs: tuple[str, ...] = ("fit", "test")
 
@@ -33,6 +34,9 @@ class Paper:
 
     def config_path(self, stem: str, smoke: bool = False) -> Path:
         return ROOT / "configs" / ("smoke" if smoke else "") / f"{stem}.yaml"
+
+    def sweep_path(self, stem: str, smoke: bool = False) -> Path:
+        return ROOT / "configs" / ("smoke" if smoke else "") / "sweeps" / f"{stem}.yaml"
 
 
 def _arxiv(n: str) -> str:

@@ -12,7 +12,6 @@ from lightning.pytorch.loggers import CSVLogger
 
 from callbacks.model_card import ModelCardWriter
 from callbacks.nan_guard import NaNGuard
-from zoo.cli import TRAINER_VERBS
 from zoo.registry import paper_of_class
 from zoo.rundir import RUN_DIR_ENV, is_worker_process, new_run_dir, run_dir_of_checkpoint, stage_dir
 
@@ -77,7 +76,7 @@ class ZooCLI(LightningCLI):
             subclass_mode_model=True,
             subclass_mode_data=True,
             save_config_callback=RunDirConfig,
-            parser_kwargs={**no_exit, **{v: dict(no_exit) for v in TRAINER_VERBS}},
+            parser_kwargs={**no_exit, **{v: dict(no_exit) for v in self.subcommands()}},
             args=args,
             **kwargs,
         )

@@ -8,9 +8,9 @@ import re
 import pytest
 import torch
 
-from datamodules.gsm8k import (EVAL_TEMPLATE, INVALID, GSM8KDataModule, GSM8KExactMatch, embedded_gsm8k,
-                               extract_answer, is_correct, load_gsm8k, tokenize_example)
+from datamodules.gsm8k import GSM8KDataModule, embedded_gsm8k, load_gsm8k, tokenize_example
 from zoo.errors import ZooError
+from zoo.rosa.gsm8k import EVAL_TEMPLATE, INVALID, GSM8KExactMatch, extract_answer, is_correct
 
 
 def test_extraction_on_hand_checked_real_rows(shared_data):

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.cifar_lt import CIFARLTDataModule, long_tail_counts, long_tail_indices, shot_groups
+from datamodules.cifar_lt import CIFARLTDataModule, long_tail_counts, long_tail_indices
 from datamodules.medmnist import KEYS, MedMNISTDataModule
 from zoo.errors import ZooError
+from zoo.score.module import shot_groups
 
 
 def test_exponential_profile_matches_published_cifar10_lt_counts():

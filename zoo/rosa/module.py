@@ -2,7 +2,7 @@
 
 Both train with the official GSM8K recipe (AdamW, β = (0.9, 0.999), no weight decay, linear warm-up for 20
 optimizer steps then linear decay to 0, global batch 32 as micro-batch 1 × 32 accumulated) and evaluate with
-the lm-eval-harness protocol (0-shot, greedy, stop strings, `#### N` exact match; `datamodules.gsm8k`).
+the lm-eval-harness protocol (0-shot, greedy, stop strings, `#### N` exact match; `zoo.rosa.gsm8k`).
 
 Checkpoints and Hub weights. The sparse support is data-dependent but its size is not (exactly int(d·numel)
 per layer), so `sparse_index` (buffer), `sparse_ready` (buffer) and `sparse_values` (parameter) are allocated
@@ -26,10 +26,10 @@ import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-from datamodules.gsm8k import STOP_STRINGS, GSM8KExactMatch, extract_answer, is_correct
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.lm import build_causal_lm, generate, linear_warmup_decay, load_tokenizer
+from zoo.rosa.gsm8k import STOP_STRINGS, GSM8KExactMatch, extract_answer, is_correct
 from zoo.rosa.mask import ALL_LINEAR, apply_rosa, check_density, find_targets, load_mask, rosa_layers, save_mask
 
 ADAPTER_KEYS = ("lora_A", "lora_B", "sparse_values", "sparse_index", "sparse_ready")

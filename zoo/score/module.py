@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Literal, Optional
 
 import lightning as L
@@ -21,9 +22,16 @@ from torchmetrics import Metric
 
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
-from datamodules.cifar_lt import shot_groups
 from zoo.score.losses import OBJECTIVES, SCoReLoss, flatten_views
 from zoo.score.model import SCoReNet
+
+
+def shot_groups(train_counts: Sequence[int], many: int = 100, few: int = 20) -> dict[str, list[int]]:
+    """Many-shot (> many), medium-shot and few-shot (< few) classes by training-set size (Liu et al., 2019)."""
+    groups = {"many": [], "medium": [], "few": []}
+    for c, n in enumerate(train_counts):
+        groups["many" if n > many else "few" if n < few else "medium"].append(c)
+    return groups
 
 
 class PerClassAccuracy(Metric):
