@@ -3,11 +3,18 @@
 Sources (explicit, logged, never a silent fallback):
 * ``generate``: the training set is made on the fly by ``method`` (``diffoas``, ``gmres`` or ``direct``) with
   a seeded generator (``zoo.diffoas.generate``); optionally cached as .npz under ``cache_dir``.
-* ``local``: ``train_path`` / ``test_path`` point to dataset files written by ``zoo.diffoas.generate.save_dataset``
-  (``python -m zoo.diffoas.generate --out FILE ...``; .npz, .h5 or .safetensors, with generation metadata).
+* ``local``: ``train_path`` / ``test_path`` point to dataset files: this project's own (written by
+  ``zoo.diffoas.generate.save_dataset`` / ``python -m zoo.diffoas.generate --out FILE ...``; .npz, .h5 or
+  .safetensors, with generation metadata) or released ones from other generators: the official DiffOAS Darcy
+  scripts' ``darcy_{train,test}_{s}_fGRF.pt`` (a torch dict ``x``/``y``/``f``, read with ``weights_only=True``),
+  the FNO benchmark's ``piececonst_*.mat`` (``coeff``/``sol``; MAT v5 or v7.3) and PDEBench's
+  ``2D_DarcyFlow_beta*.hdf5`` (``nu``/``tensor``). The layout is detected from the container and its keys and
+  logged with the mapping of its fields to (coefficient, source, solution); ``zoo.diffoas.formats`` documents
+  each mapping.
 
 The test set is always solver-generated (paper, Sec. 5.1: 100 GMRES samples), whatever the training method; a local
-test file made by DiffOAS is rejected. Validation is the last ``n_val`` samples of the training data (same method).
+test file made by DiffOAS is rejected (FNO and PDEBench files count as solver-generated, ``method`` =
+``external-solver``). Validation is the last ``n_val`` samples of the training data (same method).
 
 Batches are ``(x, y)``: ``x`` (B, C+1, s, s) = coefficient channels and the right-hand side; ``y`` (B, 1, s, s) = u.
 """
@@ -25,10 +32,11 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, TensorDataset
 
+from zoo.diffoas.formats import EXTERNAL_SOLVER
 from zoo.diffoas.generate import PDEData, generate, get_problem, load_dataset, save_dataset
 from zoo.errors import ZooError
 
-SOLVER_METHODS = ("gmres", "direct")
+SOLVER_METHODS = ("gmres", "direct", EXTERNAL_SOLVER)
 TEST_SEED_OFFSET = 1_000_003  # test data come from an independent stream
 
 
@@ -57,7 +65,8 @@ class PDEDataModule(L.LightningDataModule):
     n_basis: DiffOAS basis solutions (paper: 30 / 50 / 50); None = the paper's.
     action: DiffOAS operator action, ``stencil`` (matrix-free, default) or ``sparse`` (assembled matrix, as the official
         scripts); the same operator, equal to rounding.
-    source: ``generate`` or ``local`` (then ``train_path`` and ``test_path`` are required).
+    source: ``generate`` or ``local`` (then ``train_path`` and ``test_path`` are required: this project's files or
+        the released formats listed above).
     test_solver: solver of the test set (``gmres`` as the paper, or ``direct``).
     rtol: GMRES relative tolerance (paper: 1e-5, SciPy's default).
     cache_dir: if set, generated sets are saved there and reused when their settings match.
@@ -94,6 +103,8 @@ class PDEDataModule(L.LightningDataModule):
         if source == "local" and (not train_path or not test_path):
             raise ZooError("source='local' needs train_path and test_path (write them with "
                            "`python -m zoo.diffoas.generate --out FILE ...`)")
+        if batch_size < 1:
+            raise ZooError(f"batch_size must be >= 1, got {batch_size}")
         if n_train < 1 or n_val < 0 or n_test < 1:
             raise ZooError(f"sample counts must be n_train >= 1, n_val >= 0, n_test >= 1; got {n_train}, {n_val}, {n_test}")
         self.train_data: PDEData | None = None
@@ -127,6 +138,9 @@ class PDEDataModule(L.LightningDataModule):
     def _load(self, path: str, role: str) -> PDEData:
         data = load_dataset(path)
         meta = data.meta
+        rank_zero_info(f"[pde] {role} file {path}: format {meta.get('format', 'zoo (save_dataset)')}, "
+                       f"fields {meta.get('fields', 'a, f, u as written')}, {len(data)} samples, "
+                       f"grid {meta.get('grid_size')}, method {meta.get('method')!r}")
         if meta.get("problem") != self.hparams.problem:
             raise ZooError(f"{role} file {path} holds {meta.get('problem')!r} data, not {self.hparams.problem!r}")
         if self.hparams.grid_size is not None and meta.get("grid_size") != self.hparams.grid_size:
@@ -140,7 +154,7 @@ class PDEDataModule(L.LightningDataModule):
                 self.test_data = self._load(hp.test_path, "test")
                 if self.test_data.meta.get("method") not in SOLVER_METHODS:
                     raise ZooError(f"test file {hp.test_path} was made by {self.test_data.meta.get('method')!r}; "
-                                   "the test set must be solver-generated (gmres or direct)")
+                                   f"the test set must be solver-generated ({', '.join(SOLVER_METHODS)})")
             else:
                 self.test_data = self._generate(hp.test_solver, hp.n_test, hp.seed + TEST_SEED_OFFSET)
             rank_zero_info(f"[pde] source={hp.source}: test set {len(self.test_data)} samples "

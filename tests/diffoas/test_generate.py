@@ -142,7 +142,7 @@ def test_unknown_names_and_missing_files(tmp_path):
     with pytest.raises(ZooError, match="not found"):
         load_dataset(tmp_path / "missing.npz")
     with pytest.raises(ZooError, match="unknown dataset format"):
-        load_dataset(tmp_path / "x.pt")
+        load_dataset(tmp_path / "x.xyz")
 
 
 @pytest.mark.parametrize("action", ["stencil", "sparse"])

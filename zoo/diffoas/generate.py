@@ -19,7 +19,6 @@ Fields are stored on the full ``s x s`` node grid: ``a`` (N, C, s, s) coefficien
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -31,9 +30,10 @@ import scipy
 import scipy.sparse.linalg as spla
 import torch
 
-from zoo.errors import ZooError
+from zoo.diffoas.formats import read_dataset, write_dataset
 from zoo.diffoas.grf import sample_grf
 from zoo.diffoas.operators import apply_operator, assemble_block_diagonal, assemble_operator, check_grid
+from zoo.errors import ZooError
 
 PAPER_RTOL = 1e-5  # Appendix B.3: basis functions by GMRES "with an accuracy of 1E-5" (= SciPy's default)
 NOISE_SCALE = 0.05  # official code: noise = exp(GRF) * min(u) * 0.05 / (s-2) * mask
@@ -371,64 +371,17 @@ def generate(problem: str, method: str, n_samples: int, grid_size: int | None = 
 
 
 # ----------------------------------------------------------------------------------------------- storage
-FORMATS = {".npz": "npz", ".h5": "hdf5", ".hdf5": "hdf5", ".safetensors": "safetensors"}
-
-
-def _format(path: Path) -> str:
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise ZooError(f"unknown dataset format {path.suffix!r} for {path}: use one of {sorted(FORMATS)}")
-    return fmt
-
-
 def save_dataset(data: PDEData, path: str | Path) -> Path:
-    """Write a, f, u (float64) and the generation metadata (JSON) as npz, HDF5 or safetensors."""
-    path = Path(path)
-    fmt = _format(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {"a": data.a, "f": data.f, "u": data.u}
-    meta = json.dumps(data.meta)
-    if fmt == "npz":
-        np.savez(path, meta=np.array(meta), **arrays)
-    elif fmt == "hdf5":
-        import h5py
-
-        with h5py.File(path, "w") as h:
-            for k, v in arrays.items():
-                h.create_dataset(k, data=v)
-            h.attrs["meta"] = meta
-    else:
-        from safetensors.numpy import save_file
-
-        save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(path), metadata={"meta": meta})
-    return path
+    """Write a, f, u and the generation metadata (JSON) as .npz, .h5/.hdf5 or .safetensors."""
+    return write_dataset(Path(path), {"a": data.a, "f": data.f, "u": data.u}, data.meta)
 
 
 def load_dataset(path: str | Path) -> PDEData:
-    path = Path(path)
-    fmt = _format(path)
-    if not path.exists():
-        raise ZooError(
-            f"PDE dataset {path} not found: write one with `python -m zoo.diffoas.generate --out {path} ...` "
-            "or use source='generate'"
-        )
-    if fmt == "npz":
-        with np.load(path) as z:
-            arrays = {k: z[k] for k in ("a", "f", "u")}
-            meta = str(z["meta"])
-    elif fmt == "hdf5":
-        import h5py
-
-        with h5py.File(path, "r") as h:
-            arrays = {k: h[k][()] for k in ("a", "f", "u")}
-            meta = h.attrs["meta"]
-    else:
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="numpy") as st:
-            arrays = {k: st.get_tensor(k) for k in ("a", "f", "u")}
-            meta = st.metadata()["meta"]
-    return PDEData(meta=json.loads(meta), **arrays)
+    """A dataset file of this project or a released one (official DiffOAS .pt, FNO .mat, PDEBench .hdf5); the
+    layout detected and the mapping of its fields to (a, f, u) are in ``meta['format']`` / ``meta['fields']``
+    (``zoo.diffoas.formats``)."""
+    a, f, u, meta = read_dataset(path)
+    return PDEData(a, f, u, meta)
 
 
 def main(argv=None) -> None:
