@@ -1,4 +1,4 @@
-"""Sequential recommendation data: MovieLens-1M, Amazon reviews (csv) or a seeded synthetic source.
+"""Sequential recommendation data: MovieLens-1M, Amazon reviews (2014/2018/2023 releases) or a seeded synthetic source.
 
 Each user is one sample (the DP unit). Leave-one-out split as in SASRec: the last item is the test
 target, the second-to-last the validation target, the rest is the training sequence, on which every
@@ -10,6 +10,12 @@ probability q = batch_size / N (Opacus `UniformWithReplacementSampler`), as DP-S
 from __future__ import annotations
 
 import csv
+import gzip
+import io
+import itertools
+import json
+import re
+import zipfile
 from functools import partial
 from pathlib import Path
 from typing import Literal, Optional
@@ -23,58 +29,187 @@ from torch.utils.data import DataLoader, Dataset
 from zoo.errors import ZooError
 
 _HOW_TO_GET = {
-    "movielens": "download ml-1m.zip from https://grouplens.org/datasets/movielens/1m/ and pass path=<dir>/ml-1m/ratings.dat",
-    "amazon": "download a ratings csv (user,item,rating,timestamp), e.g. ratings_Beauty.csv from "
-              "https://jmcauley.ucsd.edu/data/amazon/ and pass path=<file>",
+    "movielens": "download ml-1m.zip from https://grouplens.org/datasets/movielens/1m/ and pass path=<dir>/ml-1m "
+                 "(the folder, its ratings.dat, or the zip)",
+    "amazon": "download a category's ratings or 5-core reviews, e.g. ratings_Beauty.csv or reviews_Beauty_5.json.gz "
+              "(2014, https://jmcauley.ucsd.edu/data/amazon/), Beauty.csv or Beauty_5.json.gz (2018, "
+              "https://nijianmo.github.io/amazon/) or Beauty_and_Personal_Care.csv.gz (2023, "
+              "https://amazon-reviews-2023.github.io/), and pass path=<file>",
 }
+AMAZON_COLUMNS = ("user,item,rating,timestamp", "item,user,rating,timestamp")
+_COLUMNS_OPTION = ("set data.init_args.columns to 'user,item,rating,timestamp' (Amazon 2014 ratings-only files, "
+                   "ratings_<Category>.csv) or 'item,user,rating,timestamp' (Amazon 2018 ratings-only files, "
+                   "<Category>.csv)")
+_ASIN = re.compile(r"[0-9A-Z]{10}")  # Amazon Standard Identification Number (ISBN-10 for books)
+
+Rows = list[tuple[str, str, int]]
 
 
-def read_movielens(path: Path) -> list[tuple[str, str, int]]:
-    """ratings.dat: `UserID::MovieID::Rating::Timestamp` per line."""
-    rows = []
+def open_text(path: Path, encoding: str = "utf-8") -> tuple[io.TextIOBase, str]:
+    """A text stream of ``path``, gunzipped when its first bytes are gzip's magic (whatever its name says)."""
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    if gz:
+        return gzip.open(path, "rt", encoding=encoding, newline=""), "gzip"
+    return open(path, encoding=encoding, newline=""), "plain"
+
+
+def movielens_ratings_file(path: Path) -> Path:
+    """``ratings.dat`` itself, or the ``ml-1m`` folder that holds it."""
+    if path.is_dir():
+        if (path / "ratings.dat").is_file():
+            return path / "ratings.dat"
+        raise ZooError(f"SeqRecDataModule: folder {path} holds no ratings.dat; {_HOW_TO_GET['movielens']}")
+    return path
+
+
+def read_movielens(path: Path) -> tuple[Rows, str]:
+    """MovieLens-1M ``ratings.dat`` (Latin-1): ``UserID::MovieID::Rating::Timestamp`` per line, no header; also
+    the ``ml-1m`` folder or ``ml-1m.zip`` (member ``ml-1m/ratings.dat``). Returns (user, item, time) rows."""
+    if path.suffix.lower() == ".zip":
+        with zipfile.ZipFile(path) as z:
+            names = [n for n in z.namelist() if n.endswith("ratings.dat")]
+            if not names:
+                raise ZooError(f"SeqRecDataModule: {path} holds no ratings.dat; {_HOW_TO_GET['movielens']}")
+            text = io.TextIOWrapper(z.open(names[0]), encoding="latin-1")
+            return _movielens_lines(text, f"{path}:{names[0]}"), f"movielens ratings.dat in zip ({names[0]})"
+    path = movielens_ratings_file(path)
     with open(path, encoding="latin-1") as f:
-        for k, line in enumerate(f, 1):
-            parts = line.strip().split("::")
-            if not line.strip():
-                continue
-            if len(parts) != 4:
-                raise ZooError(f"{path}:{k}: expected UserID::MovieID::Rating::Timestamp, got {line.strip()!r}")
-            rows.append((parts[0], parts[1], int(parts[3])))
+        return _movielens_lines(f, str(path)), "movielens ratings.dat"
+
+
+def _movielens_lines(lines, where: str) -> Rows:
+    rows = []
+    for k, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        parts = line.strip().split("::")
+        if len(parts) != 4:
+            raise ZooError(f"{where}:{k}: expected UserID::MovieID::Rating::Timestamp, got {line.strip()[:80]!r}")
+        rows.append((parts[0], parts[1], int(parts[3])))
     return rows
 
 
 _USER_COLS = ("user_id", "userid", "reviewerid", "user")
 _ITEM_COLS = ("parent_asin", "asin", "item_id", "itemid", "item", "product_id")
 _TIME_COLS = ("timestamp", "unixreviewtime", "time")
+# JSON-lines keys: 2014/2018 5-core reviews (reviewerID, asin, overall, unixReviewTime) and 2023 reviews
+# (user_id, parent_asin, rating, timestamp in ms); parent_asin first, as the 2023 benchmark groups variants by it.
+_JSON_USER, _JSON_ITEM, _JSON_TIME = ("reviewerID", "user_id"), ("parent_asin", "asin"), ("unixReviewTime", "timestamp")
 
 
-def read_amazon_csv(path: Path) -> list[tuple[str, str, int]]:
-    """Amazon ratings csv: with a header naming user/item/timestamp columns (2018/2023 dumps), or
-    header-less `user,item,rating,timestamp` (the 2014 "ratings only" files)."""
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        first = next(reader, None)
-        if first is None:
-            raise ZooError(f"{path} is empty")
-        low = [c.strip().lower() for c in first]
-        if any(c in low for c in _USER_COLS):
-            try:
-                ui = next(low.index(c) for c in _USER_COLS if c in low)
-                ii = next(low.index(c) for c in _ITEM_COLS if c in low)
-                ti = next(low.index(c) for c in _TIME_COLS if c in low)
-            except StopIteration as e:
-                raise ZooError(f"{path}: header {first} lacks a user, item or timestamp column") from e
-            body = reader
+def read_amazon(path: Path, columns: str | None = None) -> tuple[Rows, str]:
+    """Amazon reviews in any of their released forms, plain or gzipped (detected from the bytes):
+
+    * ratings-only csv with a header naming user/item/timestamp columns: the 2023 files
+      (``user_id,parent_asin,rating,timestamp[,history]``, timestamps in ms);
+    * header-less ratings-only csv: 2014 ``ratings_<Category>.csv`` = ``user,item,rating,timestamp``, 2018
+      ``<Category>.csv`` = ``item,user,rating,timestamp``. ``columns`` names the order; without it the order is
+      read off the ID shapes (an item column is all ASINs, 10 characters [0-9A-Z]; Amazon user IDs are not) and an
+      undecidable file is an error naming ``columns``;
+    * JSON lines (first character ``{``): 2014 ``reviews_<Category>_5.json`` / 2018 ``<Category>_5.json``
+      (``reviewerID`` -> user, ``asin`` -> item, ``unixReviewTime`` -> time) and 2023 ``<Category>.jsonl``
+      (``user_id``, ``parent_asin`` or else ``asin``, ``timestamp``).
+
+    Returns the (user, item, time) rows and a one-line description of the format used (for the log)."""
+    stream, compression = open_text(path)
+    with stream:
+        try:
+            first = ""
+            for first in stream:
+                if first.strip():
+                    break
+            if not first.strip():
+                raise ZooError(f"{path} is empty")
+            rest = itertools.chain([first], stream)
+            if first.lstrip().startswith("{"):
+                if columns:
+                    raise ZooError(f"{path} is JSON lines (keys name the fields): remove data.init_args.columns")
+                rows, fmt = _amazon_jsonl(path, rest)
+            else:
+                rows, fmt = _amazon_csv(path, rest, columns)
+        except UnicodeDecodeError as e:
+            raise ZooError(f"{path} is not UTF-8 text ({compression}): {e.reason} at byte {e.start}; "
+                           "Amazon dumps are UTF-8 csv or JSON lines, optionally gzipped") from e
+        except (OSError, EOFError) as e:  # gzip: truncated or damaged stream
+            raise ZooError(f"cannot read {path} ({compression}): {e}") from e
+    return rows, f"amazon {fmt}, {compression}"
+
+
+def _amazon_jsonl(path: Path, lines) -> tuple[Rows, str]:
+    rows, keys = [], None
+    for k, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ZooError(f"{path}:{k}: not a JSON object ({e.msg} at column {e.colno}); expected one review per "
+                           "line as in reviews_<Category>_5.json (meta_*.json item metadata holds no ratings)") from e
+        if not isinstance(r, dict):
+            raise ZooError(f"{path}:{k}: a JSON {type(r).__name__}, not a review object")
+        if keys is None:
+            keys = tuple(next((c for c in cands if c in r), None) for cands in (_JSON_USER, _JSON_ITEM, _JSON_TIME))
+            if None in keys:
+                raise ZooError(f"{path}:{k}: a review needs a user ({'/'.join(_JSON_USER)}), item "
+                               f"({'/'.join(_JSON_ITEM)}) and time ({'/'.join(_JSON_TIME)}) key; it has "
+                               f"{sorted(r)}")
+        try:
+            rows.append((str(r[keys[0]]), str(r[keys[1]]), int(float(r[keys[2]]))))
+        except KeyError as e:
+            raise ZooError(f"{path}:{k}: review lacks key {e.args[0]!r} (the first review has "
+                           f"{', '.join(keys)}); it has {sorted(r)}") from e
+        except (TypeError, ValueError) as e:
+            raise ZooError(f"{path}:{k}: {keys[2]} is not a number: {r.get(keys[2])!r}") from e
+    return rows, f"JSON lines ({keys[0]} -> user, {keys[1]} -> item, {keys[2]} -> time)"
+
+
+def _amazon_csv(path: Path, lines, columns: str | None) -> tuple[Rows, str]:
+    reader = csv.reader(lines)
+    first = next(reader)
+    low = [c.strip().lower() for c in first]
+    if any(c in low for c in _USER_COLS):
+        if columns:
+            raise ZooError(f"{path} has a header {first}: its names set the columns; remove data.init_args.columns")
+        try:
+            ui = next(low.index(c) for c in _USER_COLS if c in low)
+            ii = next(low.index(c) for c in _ITEM_COLS if c in low)
+            ti = next(low.index(c) for c in _TIME_COLS if c in low)
+        except StopIteration as e:
+            raise ZooError(f"{path}: header {first} lacks a user, item or timestamp column") from e
+        body, start = list(reader), 2
+        how = f"csv with header ({first[ui]} -> user, {first[ii]} -> item, {first[ti]} -> time)"
+    else:
+        body, start = [first, *reader], 1
+        if columns is None:
+            columns, why = _detect_columns(path, body), "detected: only the item column holds ASINs"
+        elif columns not in AMAZON_COLUMNS:
+            raise ZooError(f"columns={columns!r} is not a known order; {_COLUMNS_OPTION}")
         else:
-            ui, ii, ti = 0, 1, 3
-            body = [first, *reader]
-        rows = []
-        for k, r in enumerate(body, 1):
-            try:
-                rows.append((r[ui], r[ii], int(float(r[ti]))))
-            except (IndexError, ValueError) as e:
-                raise ZooError(f"{path}: row {k} is not user,item,rating,timestamp: {r}") from e
-    return rows
+            why = "data.init_args.columns"
+        ui, ii, ti = (0, 1, 3) if columns == AMAZON_COLUMNS[0] else (1, 0, 3)
+        how = f"header-less csv, columns {columns} ({why})"
+    rows = []
+    for k, r in enumerate(body, start):
+        try:
+            rows.append((r[ui], r[ii], int(float(r[ti]))))
+        except (IndexError, ValueError) as e:
+            raise ZooError(f"{path}:{k}: expected {len(low) if start == 2 else 4} fields with a numeric timestamp "
+                           f"({how}), got {len(r)} field(s)") from e
+    return rows, how
+
+
+def _detect_columns(path: Path, body: list[list[str]]) -> str:
+    def all_asins(col: int) -> bool:
+        return all(len(r) > col and _ASIN.fullmatch(r[col]) for r in body)
+
+    first, second = all_asins(0), all_asins(1)
+    if second and not first:
+        return AMAZON_COLUMNS[0]
+    if first and not second:
+        return AMAZON_COLUMNS[1]
+    raise ZooError(f"{path} has no header and its column order cannot be told from its IDs "
+                   f"({'both' if first else 'neither'} of its first two columns hold only ASINs); {_COLUMNS_OPTION}")
 
 
 def synthetic_sequences(num_users: int, num_items: int, seed: int, zipf_a: float = 1.1,
@@ -147,6 +282,7 @@ class SeqRecDataModule(pl.LightningDataModule):
         self,
         source: Literal["movielens", "amazon", "embedded"] = "embedded",
         path: Optional[str] = None,
+        columns: Optional[Literal["user,item,rating,timestamp", "item,user,rating,timestamp"]] = None,
         max_len: int = 50,
         batch_size: int = 128,
         eval_batch_size: int = 256,
@@ -159,9 +295,14 @@ class SeqRecDataModule(pl.LightningDataModule):
     ):
         """
         Args:
-            source: "movielens" (ratings.dat), "amazon" (ratings csv) from `path`, or "embedded"
-                (seeded Zipf + Markov synthetic sequences of `synthetic_users` users over `synthetic_items` items).
-            path: local file for the movielens/amazon sources.
+            source: "movielens" (ml-1m ratings.dat), "amazon" (ratings csv or 5-core JSON lines, see
+                `read_amazon`) from `path`, or "embedded" (seeded Zipf + Markov synthetic sequences of
+                `synthetic_users` users over `synthetic_items` items).
+            path: local file for the movielens/amazon sources (plain or gzipped; for movielens also the ml-1m
+                folder or ml-1m.zip).
+            columns: column order of a header-less Amazon ratings csv: "user,item,rating,timestamp" (2014
+                ratings_<Category>.csv) or "item,user,rating,timestamp" (2018 <Category>.csv). None: read it off
+                the IDs (only the item column holds ASINs); a file where that cannot be told is an error.
             max_len: sequence length L (the most recent L items).
             batch_size: expected batch size; the Poisson sample rate is batch_size / N.
             poisson_sampling: Poisson-sampled train batches (required by DPClipping).
@@ -174,8 +315,13 @@ class SeqRecDataModule(pl.LightningDataModule):
             raise ZooError(f"SeqRecDataModule: source must be movielens, amazon or embedded, got {source!r}")
         if source != "embedded" and not path:
             raise ZooError(f"SeqRecDataModule: source={source} needs path=...; {_HOW_TO_GET[source]}")
-        if batch_size < 1 or max_len < 2:
-            raise ZooError(f"SeqRecDataModule: batch_size >= 1 and max_len >= 2 needed, got {batch_size}, {max_len}")
+        if batch_size < 1 or eval_batch_size < 1 or max_len < 2:
+            raise ZooError(f"SeqRecDataModule: batch_size >= 1, eval_batch_size >= 1 and max_len >= 2 needed, got "
+                           f"{batch_size}, {eval_batch_size}, {max_len}")
+        if columns is not None and columns not in AMAZON_COLUMNS:
+            raise ZooError(f"SeqRecDataModule: columns={columns!r} is not a known order; {_COLUMNS_OPTION}")
+        if columns is not None and source != "amazon":
+            raise ZooError(f"SeqRecDataModule: columns applies to source=amazon csv files, not source={source}")
         self.save_hyperparameters()
         self.sequences: list[list[int]] | None = None
         self.num_items = synthetic_items if source == "embedded" else None
@@ -189,9 +335,10 @@ class SeqRecDataModule(pl.LightningDataModule):
             m = hp.synthetic_items
         else:
             p = Path(hp.path).expanduser()
-            if not p.is_file():
+            if not (p.is_file() or (hp.source == "movielens" and p.is_dir())):
                 raise ZooError(f"SeqRecDataModule: {hp.source} file not found: {p}; {_HOW_TO_GET[hp.source]}")
-            rows = read_movielens(p) if hp.source == "movielens" else read_amazon_csv(p)
+            rows, fmt = read_movielens(p) if hp.source == "movielens" else read_amazon(p, hp.columns)
+            rank_zero_info(f"SeqRecDataModule: {p}: {fmt}, {len(rows)} interactions")
             seqs, m = sequences_from_rows(rows, 3, hp.min_item_count)
             if not seqs:
                 raise ZooError(f"SeqRecDataModule: no user with >= 3 interactions in {p}")

@@ -26,6 +26,21 @@ from zoo.errors import ZooError
 S = 9  # 7 x 7 interior
 
 
+@pytest.fixture
+def info_log():
+    """Messages of Lightning's rank-zero logger (rank_zero_info), whatever its propagation is set to."""
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    yield lines
+    log.removeHandler(handler)
+    log.setLevel(level)
+
+
 def official_darcy_matrix(coef: np.ndarray) -> sp.csr_matrix:
     """The official scripts' Darcy matrix, written out point by point: column-major numbering of coef's nodes."""
     K = coef.shape[0]
@@ -221,15 +236,15 @@ def test_npz_of_another_layout_names_its_keys(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- datamodule
-def test_datamodule_reads_released_files_and_logs_the_format(tmp_path, caplog):
+def test_datamodule_reads_released_files_and_logs_the_format(tmp_path, info_log):
     write_official_diffoas(tmp_path / "darcy_train_9_fGRF.pt", n=8)
     write_official_gmres(tmp_path / "darcy_test_9_fGRF.pt", n=3)
     dm = PDEDataModule(problem="darcy", source="local", train_path=str(tmp_path / "darcy_train_9_fGRF.pt"),
                        test_path=str(tmp_path / "darcy_test_9_fGRF.pt"), n_train=6, n_val=2, n_test=3, grid_size=S,
                        batch_size=2)
-    with caplog.at_level(logging.INFO):
-        dm.setup("fit")
-    assert "format diffoas-official" in caplog.text and "x transposed -> a" in caplog.text
+    dm.setup("fit")
+    log = "\n".join(info_log)
+    assert "format diffoas-official" in log and "x transposed -> a" in log
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (2, 2, S, S) and y.shape == (2, 1, S, S)
     # a DiffOAS-made official file is not a test set; a PDEBench file (solver-made elsewhere) is

@@ -47,7 +47,7 @@ def test_movielens_ratings_dat_leave_one_out(tmp_path):
 def test_amazon_csv_with_and_without_header(tmp_path):
     a = tmp_path / "ratings_Beauty.csv"
     a.write_text("u1,i1,5.0,100\nu1,i2,4.0,200\nu1,i3,4.0,300\nu2,i2,3.0,50\n")
-    dm = SeqRecDataModule(source="amazon", path=str(a))
+    dm = SeqRecDataModule(source="amazon", path=str(a), columns="user,item,rating,timestamp")  # IDs not ASINs
     dm.setup("fit")
     assert dm.sequences == [[1, 2, 3]] and dm.num_items == 3
     b = tmp_path / "beauty2023.csv"
