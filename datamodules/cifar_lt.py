@@ -203,16 +203,35 @@ class CIFARLTDataModule(LongTailDataModule):
                 f"{self.dataset} not found under {self.root!r} (expected {folder}); fetch it once with "
                 f"`python -c \"import torchvision; torchvision.datasets."
                 f"{'CIFAR10' if self.dataset == 'cifar10' else 'CIFAR100'}('{self.root}', download=True)\"`")
-        rank_zero_info(f"[CIFARLTDataModule] source=local: {self.dataset} from {folder}")
+        rank_zero_info(f"[CIFARLTDataModule] source=local: {self.dataset} from {folder} (torchvision's python "
+                       "pickles, MD5-checked)")
         from torchvision import datasets
 
         cls = datasets.CIFAR10 if self.dataset == "cifar10" else datasets.CIFAR100
+        self._check_files(cls, folder)
         try:
             tr, te = cls(self.root, train=True, download=False), cls(self.root, train=False, download=False)
-        except RuntimeError as e:  # torchvision: "Dataset not found or corrupted"
-            raise ZooError(f"{self.dataset} files under {folder} are missing or corrupted ({e})") from e
+        except RuntimeError as e:  # torchvision: "Dataset not found or corrupted" (its text suggests download=True)
+            raise ZooError(f"{self.dataset} files under {folder} could not be loaded by torchvision "
+                           f"({type(e).__name__}); {self._how_to_get(cls)}") from e
 
         def arrays(ds):
             return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), np.asarray(ds.targets, np.int64)
 
         return arrays(tr), arrays(te), CIFAR_STATS[self.dataset], None
+
+    def _how_to_get(self, cls) -> str:
+        return (f"get {cls.filename} (md5 {cls.tgz_md5}) from {cls.url} and extract it into {self.root!r}, or fetch "
+                f"it once with `python -c \"import torchvision; torchvision.datasets.{cls.__name__}('{self.root}', "
+                f"download=True)\"` (this datamodule never downloads)")
+
+    def _check_files(self, cls, folder: Path) -> None:
+        """Every file of the release against the MD5 torchvision lists for it; the failures are named."""
+        from torchvision.datasets.utils import check_integrity
+
+        files = [*cls.train_list, *cls.test_list, (cls.meta["filename"], cls.meta["md5"])]
+        bad = [f"{name} ({'checksum mismatch' if (folder / name).is_file() else 'missing'})"
+               for name, md5 in files if not check_integrity(str(folder / name), md5)]
+        if bad:
+            raise ZooError(f"{self.dataset} files under {folder} fail their MD5 check: {', '.join(bad)}; "
+                           f"{self._how_to_get(cls)}")

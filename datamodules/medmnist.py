@@ -1,8 +1,10 @@
 """MedMNIST (OrganAMNIST, DermaMNIST, ...) from the dataset's own ``.npz`` files, for SCoRe.
 
 A MedMNIST v2/v3 file ``<flag>.npz`` (or ``<flag>_<size>.npz``) holds train/val/test splits under the
-keys ``{split}_images`` (uint8 [N, H, W] or [N, H, W, 3]) and ``{split}_labels`` (int [N, 1]). The data are
-used as shipped (already imbalanced) unless ``imbalance_ratio`` asks for a synthetic long tail.
+keys ``{split}_images`` (uint8 [N, H, W] grey or [N, H, W, 3] RGB, e.g. DermaMNIST, BloodMNIST, PathMNIST) and
+``{split}_labels`` (int [N, 1]); images become [N, C, H, W] tensors and ``num_channels`` (1 or 3) is exposed for
+the model's channel check. The data are used as shipped (already imbalanced) unless ``imbalance_ratio`` asks for a
+synthetic long tail.
 The embedded source writes scikit-learn's digits into exactly that layout.
 """
 
@@ -83,6 +85,8 @@ class MedMNISTDataModule(LongTailDataModule):
                          step_classes, eval_batch_size, seed)
         if source not in ("local", "embedded"):
             raise ZooError(f"unknown source {source!r}; choose 'local' or 'embedded'")
+        if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
+            raise ZooError(f"batch_size and eval_batch_size must be >= 1, got {batch_size}, {eval_batch_size}")
         self.flag, self.source, self.root, self.size = flag, source, root, size
 
     @property
@@ -107,4 +111,7 @@ class MedMNISTDataModule(LongTailDataModule):
 
         train, val, test = split("train"), split("val"), split("test")
         c = train[0].shape[1]
+        self.num_channels = c  # checked against the model's in_chans (SCoReModule.setup)
+        rank_zero_info(f"[MedMNISTDataModule] {self.flag}: {'RGB' if c == 3 else 'grey'} images "
+                       f"{tuple(train[0].shape[2:])}, splits {len(train[1])}/{len(val[1])}/{len(test[1])}")
         return train, test, ((0.5,) * c, (0.5,) * c), val

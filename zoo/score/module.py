@@ -130,6 +130,10 @@ class SCoReModule(HubMixin, L.LightningModule):
         nc = getattr(dm, "num_classes", None)
         if nc is not None and nc != self.hparams.num_classes:
             raise ZooError(f"model.num_classes={self.hparams.num_classes} but the data has {nc} classes")
+        ch = getattr(dm, "num_channels", None)  # e.g. MedMNIST: grey (1) or RGB (3, DermaMNIST) by flag
+        if ch is not None and ch != self.hparams.in_chans:
+            raise ZooError(f"model.in_chans={self.hparams.in_chans} but the data has {ch}-channel images; "
+                           f"set --model.init_args.in_chans {ch}")
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
         if self.in_probe_stage:
