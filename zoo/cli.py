@@ -7,13 +7,16 @@
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
 import os
 import sys
+import typing
 
 TRAINER_VERBS = ("fit", "validate", "test", "predict")
 # function verbs -> (module, function); only the chosen one is imported (`zoo list` needs no torch)
 FUNCTIONS = {"list": ("zoo.registry", "list_zoo"), "push": ("zoo.hub", "push"), "pull": ("zoo.hub", "pull"),
-             "card": ("zoo.cards", "card"), "compare": ("zoo.compare", "compare"),
+             "card": ("zoo.cards", "card"), "compare": ("zoo.compare", "compare"), "sweep": ("zoo.sweep", "sweep"),
              "cruxeval-score": ("zoo.cruxeval", "score_generations")}
 FUNCTION_VERBS = tuple(FUNCTIONS)
 
@@ -32,7 +35,8 @@ Zoo commands (`zoo <command> --help` for options):
   push       publish a run dir to the Hugging Face Hub (safetensors + config + card)
   pull       download a published model into the local HF cache
   card       write or refresh a run's model card (README.md)
-  compare    compare runs (local run dirs or a W&B project): table + plot
+  compare    compare runs (local run dirs, a sweep dir or a W&B project): table + plot; --group_by aggregates seeds
+  sweep      run a sweep file (configs/sweeps/...): every point an ordinary run, resumable, local or SLURM
   cruxeval-score  score a CRUXEval generations file by execution in the sandbox (no model needed)
 
 Each run gets its own directory runs/<config-name>/<timestamp>/ with config.yaml, checkpoints/,
@@ -41,7 +45,7 @@ Set ZOO_DEBUG=1 to see tracebacks instead of one-line errors.
 """
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     """Condense jsonargparse / library messages to one line that names the key and the problem."""
     raw = [ln for ln in str(exc).splitlines() if ln.strip()]
     if not raw:
@@ -85,13 +89,57 @@ def _run_trainer(argv: list[str] | None) -> int:
     return 0
 
 
+def _list_params(fn) -> list[str]:
+    out = []
+    for name, p in inspect.signature(fn).parameters.items():
+        ann = typing.get_type_hints(fn).get(name)
+        args = typing.get_args(ann) if typing.get_origin(ann) is typing.Union else (ann,)
+        if any(typing.get_origin(a) is list for a in args):
+            out.append(name)
+    return out
+
+
+def list_args(fn, argv: list[str]) -> list[str]:
+    """Lists the way users type them: `--group_by a b` and, for a function whose first parameter is a list
+    (`compare(runs, ...)`), bare words (`zoo compare runs/x runs/y`); jsonargparse itself wants `--group_by [a,b]`."""
+    lists = _list_params(fn)
+    first = next(iter(inspect.signature(fn).parameters), None)
+    out, bare, i = [argv[0]], [], 1
+    while i < len(argv):
+        tok = argv[i]
+        name = tok[2:].split("=", 1)[0].rstrip("+") if tok.startswith("--") else None
+        if name in lists and "=" not in tok:
+            vals = []
+            while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                vals.append(argv[i + 1])
+                i += 1
+            if len(vals) == 1 and vals[0].startswith("["):  # already jsonargparse's list syntax
+                out += [tok, vals[0]]
+            else:
+                out.append(f"--{name}={json.dumps(vals)}" if vals else tok)
+        elif name is not None:
+            out.append(tok)
+            if "=" not in tok and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out.append(argv[i + 1])
+                i += 1
+        elif first in lists:
+            bare.append(tok)
+        else:
+            out.append(tok)
+        i += 1
+    if bare:
+        out.append(f"--{first}={json.dumps(bare)}")
+    return out
+
+
 def _run_function(argv: list[str]) -> int:
     import importlib
 
     from jsonargparse import CLI
 
     module, name = FUNCTIONS[argv[0]]
-    CLI({argv[0]: getattr(importlib.import_module(module), name)}, args=argv, prog="zoo", exit_on_error=False)
+    fn = getattr(importlib.import_module(module), name)
+    CLI({argv[0]: fn}, args=list_args(fn, argv), prog="zoo", exit_on_error=False)
     return 0
 
 
@@ -117,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         cause = _user_error(e, ZooError)
         if debug or cause is None:
             raise
-        print(f"zoo: error: {_one_line(cause)}", file=sys.stderr)
+        print(f"zoo: error: {one_line(cause)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("zoo: interrupted", file=sys.stderr)

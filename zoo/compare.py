@@ -1,22 +1,32 @@
-"""`zoo compare`: line runs up side by side (config keys that differ + final metrics) and plot a metric.
+"""`zoo compare`: runs side by side, or a sweep's seeds aggregated per group, as a table and a plot.
 
-Runs come from local run dirs (summary.json, config.yaml, logs/fit/metrics.csv: no W&B internals needed)
-or, when online, from a W&B project through the public API.
+Runs come from local run dirs (summary.json, config.yaml, point.json, logs/*/metrics.csv: no W&B internals) or
+from a W&B project through the public API. Without `group_by` every run is a row (the config keys that differ and
+the final metrics); with `group_by` the runs of each group (e.g. a sweep's variant) are aggregated over the other
+axes — usually the seeds — as mean, standard deviation, n and a 95% t-interval.
 """
 
 from __future__ import annotations
 
 import csv
+import fnmatch
 import io
+import math
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from zoo.configs import flatten, load_yaml
 from zoo.errors import ZooError
-from zoo.rundir import read_summary
+from zoo.rundir import read_point, read_summary
 
 # Keys that differ between any two runs without meaning anything.
-_NOISE = ("config", "run_root", "ckpt_path", "trainer.default_root_dir")
+_NOISE = ("config", "run_root", "run_dir", "run_name", "ckpt_path", "trainer.default_root_dir")
+
+
+def is_finished(run_dir: Path) -> bool:
+    """A run that recorded at least one finished stage and was not marked failed."""
+    s = read_summary(run_dir)
+    return bool(s.get("stages")) and s.get("status") != "failed"
 
 
 def find_runs(paths: list[str]) -> list[Path]:
@@ -24,10 +34,8 @@ def find_runs(paths: list[str]) -> list[Path]:
     for p in map(Path, paths):
         if not p.exists():
             raise ZooError(f"run path {p} does not exist")
-        if (p / "config.yaml").exists():
-            runs.append(p)
-        else:
-            runs += sorted(d.parent for d in p.rglob("config.yaml") if (d.parent / "summary.json").exists())
+        found = [p] if (p / "config.yaml").exists() else sorted(d.parent for d in p.rglob("summary.json"))
+        runs += [d for d in found if (d / "config.yaml").exists() and is_finished(d) and d not in runs]
     return runs
 
 
@@ -36,8 +44,12 @@ def local_run(run_dir: Path) -> dict:
     metrics = {}
     for stage in ("fit", "validate", "test"):
         metrics.update(summary.get(stage) or {})
+    point = read_point(run_dir)
+    axes = dict(point.get("axes") or {})
+    if point:
+        axes["stage"] = point["stage"]
     return {"name": f"{run_dir.parent.name}/{run_dir.name}", "config": flatten(load_yaml(run_dir / "config.yaml")),
-            "metrics": metrics, "curves": lambda m, d=run_dir: _csv_curve(d, m)}
+            "metrics": metrics, "axes": axes, "curves": lambda m, d=run_dir: _csv_curve(d, m)}
 
 
 def _csv_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:
@@ -55,21 +67,102 @@ def wandb_runs(project: str) -> list[dict]:
 
     out = []
     for r in wandb.Api().runs(project):
-        out.append({"name": r.name, "config": flatten(dict(r.config)),
+        config = flatten(dict(r.config))
+        axes = {k[len("sweep."):]: v for k, v in config.items() if k.startswith("sweep.") and k != "sweep.stage"}
+        if "sweep.stage" in config:
+            axes["stage"] = config["sweep.stage"]
+        out.append({"name": r.name, "config": config, "axes": axes,
                     "metrics": {k: v for k, v in r.summary.items() if isinstance(v, (int, float))},
                     "curves": lambda m, r=r: [(row.get("_step", i), row[m]) for i, row in
                                               enumerate(r.scan_history(keys=[m])) if row.get(m) is not None]})
     return out
 
 
-def table(runs: list[dict]) -> tuple[list[str], list[list]]:
+def differing_keys(runs: list[dict]) -> list[str]:
     keys = sorted({k for r in runs for k in r["config"]})
-    differ = [k for k in keys if not k.startswith(_NOISE)
-              and len({repr(r["config"].get(k)) for r in runs}) > 1]
-    metrics = sorted({k for r in runs for k in r["metrics"]})
+    return [k for k in keys if not k.startswith(_NOISE) and len({repr(r["config"].get(k)) for r in runs}) > 1]
+
+
+def pick_metrics(runs: list[dict], patterns: Optional[list[str]]) -> list[str]:
+    names = sorted({k for r in runs for k in r["metrics"]})
+    if patterns:
+        picked = [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]
+        if not picked:
+            raise ZooError(f"no run logged a metric matching {patterns}; metrics: {', '.join(names) or 'none'}")
+        return picked
+    return names
+
+
+def table(runs: list[dict], metrics: Optional[list[str]] = None) -> tuple[list[str], list[list]]:
+    differ = differing_keys(runs)
+    metrics = pick_metrics(runs, metrics)
     header = ["run", *differ, *metrics]
     rows = [[r["name"], *(r["config"].get(k) for k in differ), *(r["metrics"].get(k) for k in metrics)] for r in runs]
     return header, rows
+
+
+# -- aggregation over seeds ---------------------------------------------------------------------------------
+
+def t_quantile(q: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(q, df))
+
+
+def aggregate(values: list[float]) -> dict[str, float]:
+    """mean, sample std (ddof 1), n and the 95% t-interval of the mean (std and interval are nan when n = 1)."""
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    half = t_quantile(0.975, n - 1) * std / math.sqrt(n) if n > 1 else float("nan")
+    return {"mean": mean, "std": std, "n": n, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def _axis_key(runs: list[dict], name: str) -> str:
+    """An axis by its short name, its dotted config key, or `stage`."""
+    known = {k for r in runs for k in r["axes"]}
+    if name in known:
+        return name
+    tails = [k for k in known if k.rsplit(".", 1)[-1] == name]
+    if len(tails) == 1:
+        return tails[0]
+    raise ZooError(f"no run has axis {name!r} to group by; axes: {', '.join(sorted(known)) or 'none (not a sweep)'}")
+
+
+def groups_of(runs: list[dict], group_by: list[str]) -> dict[tuple, list[dict]]:
+    keys = [_axis_key(runs, g) for g in group_by]
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(tuple(r["axes"].get(k) for k in keys), []).append(r)
+    return groups
+
+
+def grouped_table(runs: list[dict], group_by: list[str], metrics: Optional[list[str]], fmt: str
+                  ) -> tuple[list[str], list[list]]:
+    groups = groups_of(runs, group_by)
+    metrics = pick_metrics(runs, metrics)
+    header = [*group_by, "n"]
+    rows = []
+    for key, members in groups.items():
+        stats = {m: aggregate([float(r["metrics"][m]) for r in members if r["metrics"].get(m) is not None])
+                 for m in metrics if any(r["metrics"].get(m) is not None for r in members)}
+        row: list[Any] = [*key, len(members)]
+        for m in metrics:
+            s = stats.get(m)
+            if fmt == "csv":
+                row += [s and s[k] for k in ("mean", "std", "n", "ci_low", "ci_high")]
+            else:
+                row += ["" if s is None else f"{_num(s['mean'])} ± {_num(s['std'])}",
+                        "" if s is None or s["n"] < 2 else f"[{_num(s['ci_low'])}, {_num(s['ci_high'])}]"]
+        rows.append(row)
+    for m in metrics:
+        header += ([f"{m} {k}" for k in ("mean", "std", "n", "ci95_low", "ci95_high")] if fmt == "csv"
+                   else [f"{m} (mean ± std)", f"{m} 95% CI"])
+    return header, rows
+
+
+def _num(v: float) -> str:
+    return "nan" if v != v else f"{v:.4g}"
 
 
 def _fmt(v) -> str:
@@ -98,23 +191,66 @@ def render(header: list[str], rows: list[list], fmt: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(runs: list[dict], metric: str, path: str) -> str:
+# -- plots --------------------------------------------------------------------------------------------------
+
+def run_labels(runs: list[dict]) -> list[str]:
+    """Each run named by the config values that tell it apart (the timestamp only when nothing else does)."""
+    differ = differing_keys(runs)
+    labels = []
+    for r in runs:
+        parts = [f"{k.rsplit('.', 1)[-1]}={_fmt(r['config'].get(k))}" for k in differ[:4]]
+        labels.append(", ".join(parts) or r["name"])
+    if len(set(labels)) < len(labels):
+        labels = [f"{lab} ({r['name']})" for lab, r in zip(labels, runs)]
+    return labels
+
+
+def _band(curves: list[list[tuple[float, float]]]) -> tuple[list[float], list[float], list[float]]:
+    """Mean and std over the runs at the steps every run logged."""
+    common = sorted(set.intersection(*(set(x for x, _ in c) for c in curves)))
+    by_step = [dict(c) for c in curves]
+    means, stds = [], []
+    for s in common:
+        vals = [d[s] for d in by_step]
+        means.append(sum(vals) / len(vals))
+        stds.append(math.sqrt(sum((v - means[-1]) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0)
+    return common, means, stds
+
+
+def plot(runs: list[dict], metric: str, path: str, group_by: Optional[list[str]] = None) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
     drawn = 0
-    for r in runs:
-        pts = r["curves"](metric)
-        if pts:
-            xs, ys = zip(*pts)
-            ax.plot(xs, ys, label=r["name"], marker="." if len(pts) < 30 else None)
+    if group_by:
+        for key, members in groups_of(runs, group_by).items():
+            curves = [c for c in (r["curves"](metric) for r in members) if c]
+            if not curves:
+                continue
+            xs, mean, std = _band(curves)
+            if not xs:
+                continue
+            label = ", ".join(f"{g}={_fmt(v)}" for g, v in zip(group_by, key)) + f" (n={len(curves)})"
+            (line,) = ax.plot(xs, mean, label=label)
+            ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                            color=line.get_color(), alpha=0.2, linewidth=0)
             drawn += 1
+        title = f"{metric}: mean ± std over runs per group"
+    else:
+        for r, label in zip(runs, run_labels(runs)):
+            pts = r["curves"](metric)
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, label=label, marker="." if len(pts) < 30 else None)
+                drawn += 1
+        title = f"{metric} per run"
     if not drawn:
         plt.close(fig)
         raise ZooError(f"no run logged metric {metric!r}")
+    ax.set_title(title)
     ax.set_xlabel("step")
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
@@ -125,28 +261,38 @@ def plot(runs: list[dict], metric: str, path: str) -> str:
     return path
 
 
-def compare(runs: list[str] = ["runs"], wandb_project: Optional[str] = None,
+def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = None,
+            metrics: Optional[list[str]] = None, wandb_project: Optional[str] = None,
             format: Literal["terminal", "markdown", "csv"] = "terminal", output: Optional[str] = None,
             metric: Optional[str] = None, plot_path: str = "compare.png") -> str:
-    """Compare runs: a table of the config keys that differ and the final metrics, plus a PNG of a metric.
+    """Compare runs: the config keys that differ and the final metrics; with --group_by, each group's runs
+    aggregated (mean ± std, n, 95% CI); plus a PNG of a metric's curves.
 
     Args:
-        runs: run dirs, or folders to search for run dirs (default: runs/).
+        runs: run dirs, sweep dirs or folders to search for run dirs (default: runs/), e.g.
+            `zoo compare runs/sweeps/score_digits --group_by variant`.
+        group_by: aggregate the runs that share these sweep axes (e.g. variant, imbalance_ratio, stage); the others
+            (usually seed) are what is averaged over.
+        metrics: only these metrics (names or globs such as 'test/*').
         wandb_project: read runs from this W&B project (entity/project) through the public API instead.
         format: table format.
         output: write the table to this file instead of printing it.
-        metric: plot this logged metric's curves (e.g. train/loss) to plot_path.
+        metric: plot this logged metric's curves (e.g. train/loss); per group with a ±std band under --group_by.
         plot_path: where the PNG goes.
     """
-    loaded = wandb_runs(wandb_project) if wandb_project else [local_run(d) for d in find_runs(runs)]
+    paths = runs or ["runs"]
+    loaded = wandb_runs(wandb_project) if wandb_project else [local_run(d) for d in find_runs(paths)]
     if not loaded:
-        raise ZooError(f"no runs found in {', '.join(runs)}")
-    header, rows = table(loaded)
+        raise ZooError(f"no finished runs found in {', '.join(paths)}")
+    if group_by:
+        header, rows = grouped_table(loaded, group_by, metrics, format)
+    else:
+        header, rows = table(loaded, metrics)
     text = render(header, rows, format)
     if output:
         Path(output).write_text(text)
     else:
         print(text, end="")
     if metric:
-        print(f"plot: {plot(loaded, metric, plot_path)}")
+        print(f"plot: {plot(loaded, metric, plot_path, group_by)}")
     return text

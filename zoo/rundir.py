@@ -6,6 +6,7 @@
         logs/<stage>/metrics.csv
         wandb/                the W&B run (offline unless logged in)
         summary.json          final metrics per stage, paper id, config name: what cards and compare read
+        point.json            only for sweep points: the sweep, the stage and the point's axis values
         README.md             the rendered model card
 """
 
@@ -93,3 +94,12 @@ def update_summary(run_dir: str | Path, **fields: Any) -> dict[str, Any]:
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
     tmp.replace(path)
     return summary
+
+
+POINT = "point.json"
+
+
+def read_point(run_dir: str | Path) -> dict[str, Any]:
+    """A sweep point's identity ({"sweep", "stage", "point", "axes"}), or {} for a run outside any sweep."""
+    path = Path(run_dir) / POINT
+    return json.loads(path.read_text()) if path.exists() else {}

@@ -13,7 +13,7 @@ from lightning.pytorch.loggers import CSVLogger
 from callbacks.model_card import ModelCardWriter
 from callbacks.nan_guard import NaNGuard
 from zoo.registry import paper_of_class
-from zoo.rundir import RUN_DIR_ENV, is_worker_process, new_run_dir, run_dir_of_checkpoint, stage_dir
+from zoo.rundir import RUN_DIR_ENV, is_worker_process, new_run_dir, read_point, run_dir_of_checkpoint, stage_dir
 
 
 class RunDirConfig(SaveConfigCallback):
@@ -86,6 +86,9 @@ class ZooCLI(LightningCLI):
                             help="Runs go to <run_root>/<config name>/<timestamp>/.")
         parser.add_argument("--run_name", type=Optional[str], default=None,
                             help="Name of the run group (default: the config file's stem).")
+        parser.add_argument("--run_dir", type=Optional[str], default=None,
+                            help="Use exactly this run directory (created if missing; `zoo sweep` names each point's "
+                                 "run dir this way) instead of <run_root>/<run_name>/<timestamp>/.")
         parser.add_argument("--wandb_mode", type=Literal["auto", "online", "offline", "disabled"], default="auto",
                             help="W&B: 'auto' = online when logged in, otherwise offline.")
         parser.add_argument("--wandb_project", type=str, default="zoo", help="W&B project.")
@@ -109,7 +112,9 @@ class ZooCLI(LightningCLI):
         if is_worker_process():
             run_dir = Path(os.environ[RUN_DIR_ENV])
         else:
-            run_dir = run_dir_of_checkpoint(cfg.get("ckpt_path")) or new_run_dir(cfg["run_root"], stem)
+            run_dir = (Path(cfg["run_dir"]) if cfg.get("run_dir") else run_dir_of_checkpoint(cfg.get("ckpt_path"))
+                       or new_run_dir(cfg["run_root"], stem))
+            run_dir.mkdir(parents=True, exist_ok=True)
             os.environ[RUN_DIR_ENV] = str(run_dir)
         self.run_dir = run_dir
         self.save_config_kwargs = {"run_dir": str(run_dir), "overwrite": False}
@@ -151,11 +156,20 @@ class ZooCLI(LightningCLI):
             from lightning.pytorch.loggers import WandbLogger
 
             tags = [t for t in (self.paper_id, self.config_name, stage) if t]
+            config = self._flat_config()
+            group = self.paper_id or "misc"
+            point = read_point(self.run_dir)
+            if point:  # a sweep point: one W&B group per sweep, its axis values as config and tags
+                group = point["sweep"]
+                tags += [f"{k}={v}" for k, v in point["axes"].items()]
+                config.update({"sweep": point["sweep"], "sweep.stage": point["stage"],
+                               **{f"sweep.{k}": v for k, v in point["axes"].items()}})
             run_id = f"{self.config_name}-{self.run_dir.name}-{logs.name}".replace("/", "-")
+            if point:
+                run_id = f"{point['sweep']}-{point['stage']}-{self.run_dir.name}-{logs.name}".replace("/", "-")
             loggers.append(WandbLogger(
                 save_dir=str(self.run_dir), project=cfg.get("wandb_project", "zoo"), name=run_id, id=run_id,
-                group=self.paper_id or "misc", tags=tags, mode=mode, job_type=stage,
-                config=self._flat_config(), log_model=False,
+                group=group, tags=tags, mode=mode, job_type=stage, config=config, log_model=False,
             ))
         return loggers
 

@@ -15,12 +15,17 @@ class ToyRegressor(HubMixin, pl.LightningModule):
     monitor = "val/loss"
     monitor_mode = "min"
 
-    def __init__(self, hidden: int = 16, lr: float = 0.05, nan_at_step: int = -1, sleep: float = 0.0):
+    def __init__(self, hidden: int = 16, lr: float = 0.05, nan_at_step: int = -1, sleep: float = 0.0,
+                 init_from: str | None = None):
         super().__init__()
         if hidden <= 0:
             raise ZooError(f"hidden must be positive, got {hidden}")
         self.save_hyperparameters()
         self.net = nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        if init_from:  # a second stage starting from a first stage's weights (as iml's and bggn's stages do)
+            from zoo.hub import load_checkpoint
+
+            self.load_state_dict(load_checkpoint(init_from)["state_dict"])
 
     def forward(self, x):
         return self.net(x).squeeze(-1)

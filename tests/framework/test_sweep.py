@@ -1,0 +1,220 @@
+"""`zoo sweep`: grids of real `zoo fit`/`zoo test` runs, resumable, local or through submitit; `zoo compare
+--group_by` aggregates their seeds."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+import math
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from scipy import stats
+
+from zoo.cli import main
+from zoo.sweep import expand, load_sweep
+
+FAST = {"wandb_mode": "disabled", "trainer.max_epochs": 1}
+
+
+def write_sweep(path: Path, toy_config: Path, **spec) -> Path:
+    spec.setdefault("config", str(toy_config))
+    spec["args"] = {**FAST, **spec.get("args", {})}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def manifest(sweep_dir: Path) -> dict:
+    return json.loads((sweep_dir / "manifest.json").read_text())
+
+
+def fits_in(run_dir: Path) -> int:
+    return (run_dir / "sweep.log").read_text().count("$ zoo fit")
+
+
+def test_grid_of_two_axes_and_two_seeds_with_two_jobs_then_compare(in_tmp, toy_config, capsys):
+    f = write_sweep(in_tmp / "toy.yaml", toy_config, grid={"model.init_args.hidden": [4, 8]},
+                    variants={"slow": {"model.init_args.lr": 0.01}, "fast": {"model.init_args.lr": 0.1}},
+                    seeds=[0, 1])
+    assert main(["sweep", str(f), "--jobs", "2"]) == 0
+    sweep_dir = in_tmp / "runs" / "sweeps" / "toy"
+    m = manifest(sweep_dir)
+    assert len(m["tasks"]) == 8 and {t["state"] for t in m["tasks"].values()} == {"done"}
+    runs = {}
+    for t in m["tasks"].values():
+        run = Path(t["run_dir"])
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["stages"] == ["fit", "test"] and "test/mse" in summary["test"]
+        assert (run / "README.md").exists() and (run / "checkpoints" / "last.ckpt").exists()
+        cfg = yaml.safe_load((run / "config.yaml").read_text())  # the overrides really reached the run
+        assert cfg["model"]["init_args"]["hidden"] == t["axes"]["hidden"]
+        assert cfg["model"]["init_args"]["lr"] == {"slow": 0.01, "fast": 0.1}[t["axes"]["variant"]]
+        assert cfg["seed_everything"] == t["axes"]["seed"]
+        runs[t["point"]] = summary["test"]["test/mse"]
+    assert len(set(runs.values())) == 8  # every point trained its own model
+
+    capsys.readouterr()
+    assert main(["compare", str(sweep_dir), "--group_by", "hidden", "variant", "--format", "csv",
+                 "--metrics", "test/mse"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 4
+    for row in rows:
+        vals = [runs[f"hidden={row['hidden']},variant={row['variant']},seed={s}"] for s in (0, 1)]
+        mean, sd = statistics.mean(vals), statistics.stdev(vals)
+        half = stats.t.ppf(0.975, 1) * sd / math.sqrt(2)
+        assert int(row["n"]) == 2 and int(float(row["test/mse n"])) == 2
+        assert float(row["test/mse mean"]) == pytest.approx(mean, rel=1e-5)
+        assert float(row["test/mse std"]) == pytest.approx(sd, rel=1e-5)
+        assert float(row["test/mse ci95_low"]) == pytest.approx(mean - half, rel=1e-5)
+        assert float(row["test/mse ci95_high"]) == pytest.approx(mean + half, rel=1e-5)
+
+    assert main(["compare", str(sweep_dir), "--group_by", "variant", "--format", "markdown",
+                 "--metric", "train/loss", "--plot_path", str(in_tmp / "band.png")]) == 0
+    out = capsys.readouterr().out
+    assert "| variant | n | " in out and "| slow | 4 |" in out
+    assert (in_tmp / "band.png").stat().st_size > 1000
+
+
+def test_rerun_skips_finished_points_and_a_changed_sweep_is_refused(in_tmp, toy_config, capsys):
+    f = write_sweep(in_tmp / "s.yaml", toy_config, seeds=[0, 1])
+    assert main(["sweep", str(f)]) == 0
+    sweep_dir = in_tmp / "runs" / "sweeps" / "s"
+    before = {p: (sweep_dir / p / "summary.json").stat().st_mtime_ns for p in ("seed=0", "seed=1")}
+    assert main(["sweep", str(f)]) == 0
+    assert before == {p: (sweep_dir / p / "summary.json").stat().st_mtime_ns for p in ("seed=0", "seed=1")}
+    write_sweep(f, toy_config, seeds=[0, 1], args={"model.init_args.hidden": 5})
+    capsys.readouterr()
+    assert main(["sweep", str(f)]) == 2
+    assert "changed for point seed=0" in capsys.readouterr().err
+
+
+def test_sigkill_then_restart_reruns_only_unfinished_points(in_tmp, toy_config):
+    # each step sleeps, so the sweep is surely in the middle of a point when it is killed
+    f = write_sweep(in_tmp / "k.yaml", toy_config, seeds=[0, 1, 2], args={"model.init_args.sleep": 0.15,
+                                                                           "trainer.max_epochs": 2})
+    sweep_dir = in_tmp / "runs" / "sweeps" / "k"
+    proc = subprocess.Popen([sys.executable, "-m", "zoo.cli", "sweep", str(f)], cwd=in_tmp,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        m = manifest(sweep_dir) if (sweep_dir / "manifest.json").exists() else {"tasks": {}}
+        states = {t["point"]: t["state"] for t in m["tasks"].values()}
+        if states.get("seed=0") == "done" and states.get("seed=1") == "running" and \
+                (sweep_dir / "seed=1" / "checkpoints" / "last.ckpt").exists():
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail(f"the sweep did not reach its second point: {states}")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with (sweep_dir / "seed=1" / ".sweep.lock").open() as fh:  # its task process dies with it (parent-death signal)
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    finished = (sweep_dir / "seed=0" / "summary.json").stat().st_mtime_ns
+    assert main(["sweep", str(f)]) == 0
+    m = manifest(sweep_dir)
+    assert {t["state"] for t in m["tasks"].values()} == {"done"}
+    assert (sweep_dir / "seed=0" / "summary.json").stat().st_mtime_ns == finished  # not rerun
+    assert fits_in(sweep_dir / "seed=0") == 1
+    log = (sweep_dir / "seed=1" / "sweep.log").read_text()
+    assert log.count("$ zoo fit") == 2 and "--ckpt_path" in log.split("$ zoo fit")[2]  # resumed from last.ckpt
+    summary = json.loads((sweep_dir / "seed=1" / "summary.json").read_text())
+    assert summary["global_step"] == 16  # 2 epochs of 8 batches: the resumed run finished its plan
+
+
+def test_two_stage_sweep_links_each_point_to_its_own_first_stage(in_tmp, toy_config):
+    spec = {"seeds": [0, 1], "variants": {"a": {"model.init_args.lr": 0.01}, "b": {"model.init_args.lr": 0.02}},
+            "args": FAST,
+            "stages": [{"name": "pre", "config": str(toy_config), "verbs": ["fit"], "axes": ["seed"]},
+                       {"name": "post", "config": str(toy_config),
+                        "args": {"model.init_args.init_from": "${pre}/checkpoints/last.ckpt"}}]}
+    f = in_tmp / "two.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(f), "--jobs", "2"]) == 0
+    sweep_dir = in_tmp / "runs" / "sweeps" / "two"
+    m = manifest(sweep_dir)
+    assert sorted(m["tasks"]) == ["post/variant=a,seed=0", "post/variant=a,seed=1", "post/variant=b,seed=0",
+                                  "post/variant=b,seed=1", "pre/seed=0", "pre/seed=1"]  # pre runs once per seed
+    for tid, t in m["tasks"].items():
+        assert t["state"] == "done"
+        if t["stage"] == "post":
+            cfg = yaml.safe_load((Path(t["run_dir"]) / "config.yaml").read_text())
+            want = Path(m["tasks"][f"pre/seed={t['axes']['seed']}"]["run_dir"]).resolve() / "checkpoints" / "last.ckpt"
+            assert Path(cfg["model"]["init_args"]["init_from"]).resolve() == want
+            assert t["deps"] == {"pre": f"pre/seed={t['axes']['seed']}"}
+
+
+def test_submitit_local_executor_runs_the_same_points(in_tmp, toy_config):
+    pytest.importorskip("submitit")
+    f = write_sweep(in_tmp / "sub.yaml", toy_config, seeds=[3])
+    assert main(["sweep", str(f), "--executor", "submitit_local"]) == 0
+    m = manifest(in_tmp / "runs" / "sweeps" / "sub")
+    assert {t["state"] for t in m["tasks"].values()} == {"done"}
+    assert all(t.get("job_id") for t in m["tasks"].values())
+    assert list((in_tmp / "runs" / "sweeps" / "sub" / "submitit").iterdir())
+
+
+def test_a_failed_point_is_recorded_and_the_sweep_carries_on(in_tmp, toy_config, capsys):
+    f = write_sweep(in_tmp / "f.yaml", toy_config, grid={"model.init_args.hidden": [-1, 4]})
+    assert main(["sweep", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("zoo: error: 1 of 2 sweep runs did not finish") and "hidden must be positive" in err
+    m = manifest(in_tmp / "runs" / "sweeps" / "f")
+    states = {t["point"]: (t["state"], t["error"]) for t in m["tasks"].values()}
+    assert states["hidden=4,seed=0"] == ("done", None)
+    assert states["hidden=-1,seed=0"][0] == "failed" and "hidden must be positive" in states["hidden=-1,seed=0"][1]
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ({"config": "TOY", "colour": 1}, "unknown key(s) colour"),
+    ({"config": "TOY", "grid": {"model.init_args.no_such_key": [1, 2]}}, "does not parse"),
+    ({"config": "TOY", "grid": {"model.init_args.hidden": []}}, "has no values"),
+    ({"config": "TOY", "variants": {}}, "`variants` must map names"),
+    ({"stages": [{"name": "a", "config": "TOY", "args": {"model.init_args.init_from": "${nope}/x.ckpt"}}]},
+     "refers to ${nope}, which is not an earlier stage"),
+    ({"config": "missing.yaml"}, "config 'missing.yaml' does not exist"),
+    ({"config": "TOY", "seeds": []}, "`seeds` must be a non-empty list"),
+    ({"config": "TOY", "verbs": ["train"]}, "`verbs` must be a non-empty list"),
+])
+def test_bad_sweep_files_fail_before_anything_runs(in_tmp, toy_config, capsys, spec, needle):
+    text = yaml.safe_dump(spec).replace("TOY", str(toy_config))
+    (in_tmp / "bad.yaml").write_text(text)
+    assert main(["sweep", str(in_tmp / "bad.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("zoo: error: ") and needle in err[0], err
+    assert not (in_tmp / "runs").exists()
+
+
+def test_dry_run_prints_every_command_and_runs_nothing(in_tmp, toy_config, capsys):
+    f = write_sweep(in_tmp / "d.yaml", toy_config, grid={"model.init_args.hidden": [4, 8]}, seeds=[0, 1, 2])
+    assert main(["sweep", str(f), "--dry_run", "true"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("zoo fit --config") == 6 and out.count("zoo test --config") == 6
+    assert "--model.init_args.hidden=8" in out and "--seed_everything=2" in out
+    assert not (in_tmp / "runs").exists()
+
+
+def test_expand_names_points_and_shares_stage_runs(toy_config, tmp_path):
+    f = tmp_path / "e.yaml"
+    f.write_text(yaml.safe_dump({"seeds": [1, 2], "grid": {"model.init_args.lr": [0.1, 0.2]},
+                                 "stages": [{"name": "a", "config": str(toy_config), "axes": ["seed"]},
+                                            {"name": "b", "config": str(toy_config),
+                                             "args": {"model.init_args.init_from": "${a}/checkpoints/last.ckpt"}}]}))
+    tasks = expand(load_sweep(f), tmp_path / "out")
+    ids = [t.id for t in tasks]
+    assert sorted(ids) == ["a/seed=1", "a/seed=2", "b/lr=0.1,seed=1", "b/lr=0.1,seed=2", "b/lr=0.2,seed=1",
+                           "b/lr=0.2,seed=2"]
+    assert all(ids.index(d) < ids.index(t.id) for t in tasks for d in t.deps.values())  # dependencies first
+    b = tasks[1]
+    assert b.overrides == {"model.init_args.init_from": "${a}/checkpoints/last.ckpt", "model.init_args.lr": 0.1,
+                           "seed_everything": 1}
+    assert b.deps == {"a": "a/seed=1"} and b.run_dir == str(tmp_path / "out" / "b" / "lr=0.1,seed=1")
+
