@@ -42,7 +42,7 @@ class IMLDataModule(L.LightningDataModule):
         entity_association: bool = False,
         world_knowledge: bool = False,
         equalize_gender: bool = True,
-        encoding: str = "ISO-8859-1",
+        encoding: str = "auto",
         batch_size: int = 128,
         eval_batch_size: int = 128,
         max_eval_per_subset: Optional[int] = None,
@@ -52,7 +52,7 @@ class IMLDataModule(L.LightningDataModule):
         Args:
             source: "local" reads the CVDB csv at `path` (real schema); "embedded" generates fictional people
                 with the same six attributes (seeded by `seed`).
-            path: the CVDB csv (`cross-verified-database.csv`), for source "local".
+            path: the CVDB csv (`cross-verified-database.csv`, plain or gzipped), for source "local".
             stage: "stage1" (QA + qd1consis/qd2incons definitions) or "stage2" (d1/d2/d3consis definitions only).
             num_ents: number of people (paper: 4000, gender-balanced by popularity).
             seed: the data seed (entity split, aliases, derangement, QA split); paper seeds start at 600.
@@ -63,9 +63,16 @@ class IMLDataModule(L.LightningDataModule):
             entity_association: add "Who is <alias>?"-style test subsets (answer: the entity's name).
             world_knowledge: add real-name QA of all entities (except q_no_replacement_baseline) to stage 1, to
                 stand in for a pretrained model's knowledge when training from scratch (not in the paper).
+            equalize_gender: the num_ents // 2 most-read men and women (an odd count's last place: the most-read
+                of the rest), as the paper; False: the num_ents most-read people.
+            encoding: text encoding of the CVDB csv: "auto" (the released file is Latin-1; a UTF-8 re-encoding is
+                detected and read as UTF-8), or a codec name. A single-byte codec on a UTF-8 file is refused.
             max_eval_per_subset: cap on questions per eval subset (None: all), to keep evaluation cheap.
         """
         super().__init__()
+        if batch_size < 1 or eval_batch_size < 1:
+            raise ZooError(f"IMLDataModule: batch_size and eval_batch_size must be >= 1, got {batch_size}, "
+                           f"{eval_batch_size}")
         self.save_hyperparameters()
         self.fracs = {k: getattr(self.hparams, f"frac_{k}") for k in PAPER_FRACS}
         self.dataset: IMLDataset | None = None
@@ -76,8 +83,9 @@ class IMLDataModule(L.LightningDataModule):
             if not hp.path:
                 raise ZooError("IMLDataModule source 'local' needs `path` to the CVDB csv "
                                "(cross-verified-database.csv); or use source: embedded")
-            rank_zero_info(f"IMLDataModule: entities from the CVDB table {hp.path}")
             df = load_cvdb(hp.path, hp.encoding)
+            rank_zero_info(f"IMLDataModule: entities from the CVDB table {hp.path} ({len(df)} rows, encoding "
+                           f"{df.attrs['encoding']}: {df.attrs['encoding_reason']})")
         elif hp.source == "embedded":
             rank_zero_info(f"IMLDataModule: entities from the embedded fictional-people generator (seed {hp.seed})")
             df = fictional_cvdb(hp.num_ents, seed=hp.seed)

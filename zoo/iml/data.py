@@ -13,6 +13,8 @@ and ``callbacks.iml_tagging.IMLTagging`` prefixes the run's tag string, so the s
 
 from __future__ import annotations
 
+import codecs
+import gzip
 import random
 import string
 from dataclasses import dataclass, field
@@ -76,21 +78,81 @@ def convert_citizenship(raw: str) -> str:
     return ";".join(x.replace("'", "").replace("_", " ") for x in raw.split("'_'"))
 
 
-def load_cvdb(path: str | Path, encoding: str = "ISO-8859-1") -> pd.DataFrame:
-    """The CVDB csv (``cross-verified-database.csv``, Latin-1) with the columns the paper uses."""
+CVDB_ENCODING = "ISO-8859-1"  # the released cross-verified-database.csv is Latin-1 (the official code reads it so)
+_CVDB_URL = "https://data.sciencespo.fr/dataset.xhtml?persistentId=doi:10.21410/7E4/RDAG3O"
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def detect_cvdb_encoding(path: str | Path) -> tuple[str, str, int]:
+    """(encoding, why, non-ASCII bytes) of a CVDB csv (plain or gzipped): UTF-8 when every byte sequence is valid
+    UTF-8 (a Latin-1 text with accented letters never is), else Latin-1, the release's encoding."""
+    path = Path(path)
+    opener = gzip.open if _is_gzip(path) else open
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    non_ascii, offset = 0, 0
+    with opener(path, "rb") as f:
+        bom = False
+        while chunk := f.read(1 << 22):
+            if offset == 0 and chunk.startswith(codecs.BOM_UTF8):
+                bom = True
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as e:
+                why = f"not UTF-8 (byte 0x{chunk[e.start]:02x} at offset {offset + e.start}): Latin-1, the release's"
+                return CVDB_ENCODING, why, non_ascii + 1
+            non_ascii += len(chunk) - len(chunk.translate(None, bytes(range(128))))
+            offset += len(chunk)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return CVDB_ENCODING, "not UTF-8 (a truncated multi-byte sequence at the end): Latin-1", non_ascii
+    if not non_ascii:
+        return "utf-8", "ASCII only: UTF-8 and Latin-1 read it alike", 0
+    why = f"valid UTF-8 with {non_ascii} non-ASCII bytes (a UTF-8 re-encoding of the Latin-1 release)"
+    return ("utf-8-sig" if bom else "utf-8"), why, non_ascii
+
+
+def load_cvdb(path: str | Path, encoding: str = "auto") -> pd.DataFrame:
+    """The CVDB csv (``cross-verified-database.csv``, plain or gzipped) with the columns the paper uses.
+
+    ``encoding="auto"`` reads the released Latin-1 file as Latin-1 and a UTF-8 re-encoding of it as UTF-8
+    (`detect_cvdb_encoding`). An explicit single-byte encoding on a file that is valid UTF-8 with accented text is
+    refused: it would turn "é" into "Ã©", and the cleaning below would then drop those names silently. The
+    encoding used and why are in ``df.attrs["encoding"]`` / ``df.attrs["encoding_reason"]``."""
     path = Path(path)
     if not path.is_file():
         raise ZooError(f"CVDB file {str(path)!r} not found; download cross-verified-database.csv from "
-                       "https://data.sciencespo.fr/dataset.xhtml?persistentId=doi:10.21410/7E4/RDAG3O "
-                       "(Laouenan et al. 2022) or use source: embedded")
+                       f"{_CVDB_URL} (Laouenan et al. 2022) or use source: embedded")
+    detected, why, non_ascii = detect_cvdb_encoding(path)
+    if encoding == "auto":
+        enc = detected
+    else:
+        try:
+            name = codecs.lookup(encoding).name
+        except LookupError as e:
+            raise ZooError(f"unknown encoding {encoding!r} for the CVDB file; use auto, ISO-8859-1 or utf-8") from e
+        if detected.startswith("utf-8") and non_ascii and not name.startswith("utf-8"):
+            raise ZooError(f"CVDB file {str(path)!r} is UTF-8 ({why}), but encoding={encoding!r} was set: its "
+                           "accented names would be garbled and then dropped; set data.init_args.encoding to auto "
+                           "(or utf-8)")
+        enc, why = encoding, "set by data.init_args.encoding"
     try:
-        df = pd.read_csv(path, encoding=encoding, low_memory=False)
-    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        df = pd.read_csv(path, encoding=enc, low_memory=False, compression="gzip" if _is_gzip(path) else None)
+    except UnicodeDecodeError as e:
+        raise ZooError(f"CVDB file {str(path)!r} is not {enc} text ({e.reason} at byte {e.start}); the release is "
+                       f"{CVDB_ENCODING}: set data.init_args.encoding to auto") from e
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, EOFError) as e:
         raise ZooError(f"CVDB file {str(path)!r} is not a readable csv ({type(e).__name__}: {e})") from e
     missing = [c for c in CVDB_COLUMNS if c not in df.columns]
     if missing:
         raise ZooError(f"CVDB file {str(path)!r} lacks column(s) {', '.join(missing)}")
-    return df[list(CVDB_COLUMNS)]
+    out = df[list(CVDB_COLUMNS)]
+    out.attrs.update(encoding=enc, encoding_reason=why)
+    return out
 
 
 _SYLLABLES = ("ka", "lo", "mi", "ra", "ven", "dor", "sil", "ta", "bre", "no", "vi", "mar", "eld", "ron", "sa",
@@ -152,14 +214,24 @@ def cvdb_entities(df: pd.DataFrame, num_ents: int, equalize_gender: bool = True)
     df = df[~df["level3_main_occ"].str.contains(r"[^\w\s_]")]
     df = df[~df["string_citizenship_raw_d"].astype(str).str.contains(r"[^\w\s'_]")]
     readers = "wiki_readers_2015_2018"
+    usable = len(df)
     if equalize_gender:
-        parts = [df[df["gender"] == g].sort_values(readers, ascending=False, kind="stable")[: num_ents // 2]
-                 for g in ("Male", "Female")]
-        df = pd.concat(parts)
+        # num_ents // 2 most-read of each gender; an odd count's last place goes to the most-read of the rest
+        # (the official split has even counts; num_ents // 2 twice came up one short).
+        by_gender = {g: df[df["gender"] == g].sort_values(readers, ascending=False, kind="stable")
+                     for g in ("Male", "Female")}
+        half = num_ents // 2
+        short = {g: len(v) for g, v in by_gender.items() if len(v) < half}
+        if short and usable >= num_ents:
+            raise ZooError(f"the CVDB table yields {usable} usable entities but only "
+                           f"{', '.join(f'{n} {g}' for g, n in short.items())}: equalize_gender needs {half} of each "
+                           f"for num_ents={num_ents}; lower num_ents or set equalize_gender: false")
+        rest = pd.concat([v[half:] for v in by_gender.values()]).sort_values(readers, ascending=False, kind="stable")
+        df = pd.concat([*(v[:half] for v in by_gender.values()), rest[: num_ents - 2 * half]])
     else:
         df = df.sort_values(readers, ascending=False, kind="stable")[:num_ents]
     if len(df) < num_ents:
-        raise ZooError(f"the CVDB table yields only {len(df)} usable entities, fewer than num_ents={num_ents}")
+        raise ZooError(f"the CVDB table yields only {usable} usable entities, fewer than num_ents={num_ents}")
     out = []
     for r in df.itertuples(index=False):
         out.append(Entity(str(r.name).replace("_", " "), {
