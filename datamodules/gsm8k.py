@@ -79,10 +79,21 @@ def embedded_gsm8k(n: int, seed: int) -> list[dict[str, str]]:
 # --- reading the real data ----------------------------------------------------------------------------------
 
 def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
+    """One split: ``{split}.jsonl`` (github.com/openai/grade-school-math: one ``{"question", "answer"}`` object per
+    line) or ``{split}-*.parquet`` (the Hub's ``main/`` folder, columns question/answer). Every row is checked; a
+    broken line or a row without a field is a ZooError naming the file and the line (jsonl) or row (parquet)."""
     jsonl = directory / f"{split}.jsonl"
     if jsonl.is_file():
-        with jsonl.open() as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+        rows, where = [], []
+        with jsonl.open(encoding="utf-8") as f:
+            for k, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ZooError(f"GSM8K file {jsonl}, line {k}: not valid JSON ({e.msg} at column {e.colno})") from e
+                where.append(f"GSM8K file {jsonl}, line {k}")
     else:
         parquet = sorted(directory.glob(f"{split}*.parquet")) or sorted(directory.glob(f"main/{split}*.parquet"))
         if not parquet:
@@ -91,9 +102,18 @@ def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
                            f"(grade_school_math/data) or use source: hub")
         import pandas as pd
 
-        rows = pd.concat([pd.read_parquet(p) for p in parquet]).to_dict("records")
-    if rows and ("question" not in rows[0] or "answer" not in rows[0]):
-        raise ZooError(f"GSM8K {split} rows in {directory} need fields 'question' and 'answer', got {sorted(rows[0])}")
+        rows, where = [], []
+        for p in parquet:
+            part = pd.read_parquet(p).to_dict("records")
+            rows += part
+            where += [f"GSM8K file {p}, row {k}" for k in range(len(part))]
+    for r, at in zip(rows, where):
+        if not isinstance(r, dict):
+            raise ZooError(f"{at}: a JSON {type(r).__name__}, not an object with 'question' and 'answer'")
+        missing = [k for k in ("question", "answer") if not isinstance(r.get(k), str)]
+        if missing:
+            raise ZooError(f"{at}: field {' and '.join(map(repr, missing))} missing or not text (the row has "
+                           f"{sorted(r)}); GSM8K rows need 'question' and 'answer'")
     return [{"question": r["question"], "answer": r["answer"]} for r in rows]
 
 
@@ -203,6 +223,10 @@ class GSM8KDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("hub", "local", "embedded"):
             raise ZooError(f"unknown GSM8K source {source!r}; use 'hub', 'local' or 'embedded'")
+        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
+                            ("max_length", max_length)):
+            if value < 1:
+                raise ZooError(f"GSM8KDataModule: {name} must be >= 1, got {value}")
         self.tokenizer = None
         self.train_rows: list[dict] = []
         self.val_rows: list[dict] = []
