@@ -7,6 +7,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_only
 
+from callbacks.last_checkpoint import last_checkpoint_path
 from zoo.rundir import read_summary, update_summary
 
 
@@ -41,7 +42,7 @@ class ModelCardWriter(pl.Callback):
         fields = {stage: metrics, "stages": sorted(set(read_summary(run_dir).get("stages", [])) | {stage})}
         if stage == "fit":
             fields.update(global_step=trainer.global_step, epochs=trainer.current_epoch)
-            ckpt = getattr(trainer.checkpoint_callback, "last_model_path", None)
+            ckpt = last_checkpoint_path(trainer)
             if ckpt:
                 fields["last_ckpt"] = str(ckpt)
         if self.config_name:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 
+from callbacks.last_checkpoint import last_checkpoint_path
 from zoo.errors import ZooError
 
 
@@ -17,7 +18,7 @@ class NaNGuard(pl.Callback):
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         if not torch.isfinite(loss.detach()).all():
-            last = getattr(trainer.checkpoint_callback, "last_model_path", "") or "none written yet"
+            last = last_checkpoint_path(trainer) or "none written yet"
             raise ZooError(
                 f"non-finite training loss ({loss.item()}) at global step {trainer.global_step}, "
                 f"epoch {trainer.current_epoch}; stopped; last good checkpoint: {last}"

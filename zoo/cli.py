@@ -83,9 +83,18 @@ def _user_error(exc: BaseException, zoo_error: type) -> BaseException | None:
 
 
 def _run_trainer(argv: list[str] | None) -> int:
+    from zoo.rundir import RUN_DIR_ENV
     from zoo.trainer import ZooCLI
 
-    ZooCLI(args=argv)
+    # ZooCLI tells DDP worker processes its run dir through the environment; only for the length of this command
+    before = os.environ.get(RUN_DIR_ENV)
+    try:
+        ZooCLI(args=argv)
+    finally:
+        if before is None:
+            os.environ.pop(RUN_DIR_ENV, None)
+        else:
+            os.environ[RUN_DIR_ENV] = before
     return 0
 
 

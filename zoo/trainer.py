@@ -10,6 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 
+from callbacks.last_checkpoint import LastCheckpoint, last_checkpoint_path
 from callbacks.model_card import ModelCardWriter
 from callbacks.nan_guard import NaNGuard
 from zoo.registry import paper_of_class
@@ -36,18 +37,13 @@ class RunDirConfig(SaveConfigCallback):
         self.parser.save(self.config, self.run_dir / name, skip_none=False, overwrite=False, multifile=False)
 
 
-class LastCheckpoint(ModelCheckpoint):
-    """`last.ckpt` every epoch or N steps, and once more when training ends, so it always holds the final
-    weights (a step-based checkpoint alone would stop at the last multiple of N)."""
+def wandb_id(name: str) -> str:
+    """A W&B run id: W&B refuses ':;,#?/' and quotes (sweep point names hold commas), and long ids."""
+    import hashlib
+    import re
 
-    def _save_topk_checkpoint(self, trainer, monitor_candidates) -> None:
-        # No top-k files from this callback, but Lightning writes `last` only after a top-k save in the same
-        # step: mark the step as saved so last.ckpt follows every trigger.
-        self._last_global_step_saved = trainer.global_step
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        if self._last_global_step_saved != trainer.global_step or not self.last_model_path:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+    clean = re.sub(r"[^A-Za-z0-9._=+-]", "-", name)
+    return clean if len(clean) <= 96 else f"{clean[:80]}-{hashlib.sha1(name.encode()).hexdigest()[:12]}"
 
 
 def wandb_mode(requested: str) -> str:
@@ -127,19 +123,18 @@ class ZooCLI(LightningCLI):
         if trainer_cfg.get("logger") in (None, True):
             kwargs["logger"] = self._loggers(cfg)
         callbacks = list(trainer_cfg.get("callbacks") or [])
-        if not any(isinstance(c, ModelCheckpoint) for c in callbacks) and self.subcommand == "fit":
+        if not any(isinstance(c, (ModelCheckpoint, LastCheckpoint)) for c in callbacks) and self.subcommand == "fit":
             callbacks += self._checkpoints(cfg)
         callbacks += [NaNGuard(), ModelCardWriter(str(run_dir), self.config_name, self.paper_id)]
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 
-    def _checkpoints(self, cfg: Any) -> list[ModelCheckpoint]:
+    def _checkpoints(self, cfg: Any) -> list:
         """`last.ckpt` (every epoch and, if asked, every N steps) for resume; plus best-1 by the
         module's `monitor`. Two callbacks, because a monitored checkpoint skips steps where the
         monitored metric does not exist yet, and `last.ckpt` must not wait for it."""
         dirpath = str(self.run_dir / "checkpoints")
-        out = [LastCheckpoint(dirpath=dirpath, save_last=True, save_top_k=0,
-                               every_n_train_steps=cfg.get("checkpoint_every_n_steps"))]
+        out: list = [LastCheckpoint(dirpath, every_n_train_steps=cfg.get("checkpoint_every_n_steps"))]
         monitor = getattr(self.model, "monitor", None)
         if monitor:
             out.append(ModelCheckpoint(dirpath=dirpath, filename="best-{epoch}-{step}", auto_insert_metric_name=False,
@@ -164,9 +159,8 @@ class ZooCLI(LightningCLI):
                 tags += [f"{k}={v}" for k, v in point["axes"].items()]
                 config.update({"sweep": point["sweep"], "sweep.stage": point["stage"],
                                **{f"sweep.{k}": v for k, v in point["axes"].items()}})
-            run_id = f"{self.config_name}-{self.run_dir.name}-{logs.name}".replace("/", "-")
-            if point:
-                run_id = f"{point['sweep']}-{point['stage']}-{self.run_dir.name}-{logs.name}".replace("/", "-")
+            run_id = wandb_id(f"{point['sweep']}-{point['stage']}-{self.run_dir.name}-{logs.name}" if point else
+                              f"{self.config_name}-{self.run_dir.name}-{logs.name}")
             loggers.append(WandbLogger(
                 save_dir=str(self.run_dir), project=cfg.get("wandb_project", "zoo"), name=run_id, id=run_id,
                 group=group, tags=tags, mode=mode, job_type=stage, config=config, log_model=False,
@@ -196,11 +190,13 @@ class ZooCLI(LightningCLI):
     def _report(self) -> None:
         from lightning.pytorch.loggers import WandbLogger
 
-        for logger in self.trainer.loggers:
-            if isinstance(logger, WandbLogger) and logger._experiment is not None:
-                logger.experiment.finish()  # flush the offline run (config, summary) to disk now
+        if any(isinstance(lg, WandbLogger) for lg in self.trainer.loggers):
+            import wandb
+
+            if wandb.run is not None:
+                wandb.finish()  # flush the offline run (config, summary) to disk now
         if self.trainer.is_global_zero:
             print(f"zoo: run dir {self.run_dir}")
-            last = getattr(self.trainer.checkpoint_callback, "last_model_path", "")
+            last = last_checkpoint_path(self.trainer)
             if self.subcommand == "fit" and last:
                 print(f"zoo: last checkpoint {last}")
