@@ -101,6 +101,7 @@ PAPERS: dict[str, Paper] = {
             datamodules=("datamodules.cifar_lt.CIFARLTDataModule", "datamodules.medmnist.MedMNISTDataModule"),
             configs=("score_cifar10lt", "score_cifar100lt", "score_organamnist", "score_cifar10lt_supcon",
                      "score_cifar10lt_ce"),
+            sweeps=("score_digits_lt",),
         ),
         Paper(
             "diffoas",
