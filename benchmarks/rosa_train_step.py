@@ -22,28 +22,34 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zoo.lm import build_causal_lm  # noqa: E402
-from zoo.rosa.layer import DenseMaskedLinear, RoSALinear  # noqa: E402
+from zoo.rosa.layer import RoSALinear  # noqa: E402
 from zoo.rosa.mask import apply_rosa, find_targets  # noqa: E402
 
 
-class DenseMaskedLoRA(DenseMaskedLinear):
-    """y = x (W + M ⊙ D)ᵀ + b + (α/r) B A x: what RoSA costs without the sparse kernels (dense D, dense grad)."""
+class DenseMaskedLoRA(nn.Module):
+    """The baseline column: y = x (W + M ⊙ D)ᵀ + b + (α/r) B A x with a dense trainable D whose gradient autograd
+    masks (M ⊙ dOᵀX): what RoSA costs without the sparse kernels (dense D, dense out×in gradient per layer)."""
 
     def __init__(self, layer: RoSALinear):
+        super().__init__()
         mask = torch.zeros(layer.out_features * layer.in_features)
         mask[layer.sparse_index.long()] = 1
-        super().__init__(layer.base_layer, mask.view(layer.out_features, layer.in_features))
+        self.base_layer = layer.base_layer
+        self.register_buffer("mask", mask.view(layer.out_features, layer.in_features).to(layer.base_layer.weight))
+        self.delta = nn.Parameter(torch.zeros_like(layer.base_layer.weight))
         self.lora_A, self.lora_B = layer.lora_A, layer.lora_B
         self.scaling = layer.scaling
         self.lora_dropout = layer.lora_dropout
 
     def forward(self, x):
-        return super().forward(x) + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
+        w = self.base_layer.weight.detach() + self.mask * self.delta
+        return F.linear(x, w, self.base_layer.bias) + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
 
 
 def build(method: str, base: nn.Module, r: int, density: float, seed: int = 0) -> nn.Module:

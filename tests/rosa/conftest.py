@@ -3,6 +3,9 @@ pins torch to one thread)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -28,3 +31,18 @@ def token_batches():
         return out
 
     return make
+
+
+# The test oracles in tests/rosa/rosa_reference.py (pytest runs with --import-mode=importlib, which does not put
+# test directories on sys.path).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+TINY_GPT2 = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 384, "n_positions": 64,
+             "bos_token_id": 0, "eos_token_id": 1, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+
+@pytest.fixture
+def tiny_gpt2() -> dict:
+    """A tiny GPT-2 (Conv1D projections: weights stored (in, out))."""
+    return dict(TINY_GPT2)

@@ -6,12 +6,12 @@ import copy
 
 import pytest
 import torch
+from rosa_reference import DenseMaskedLinear  # tests/rosa, put on sys.path by its conftest
 from torch import nn
 
 from zoo.errors import ZooError
 from zoo.lm import build_causal_lm
-from zoo.rosa.layer import (DenseMaskedLinear, RoSALinear, _SparseFrozenLinear, sddmm, sddmm_blocked, sddmm_csr,
-                             sddmm_gather)
+from zoo.rosa.layer import DropoutLoRAA, RoSALinear, SparseFrozenLinear, sddmm, sddmm_blocked, sddmm_csr, sddmm_gather
 from zoo.rosa.mask import apply_rosa
 
 
@@ -39,13 +39,14 @@ def test_sddmm_equals_masked_dense_product(nnz):
     index = torch.sort(torch.randperm(99, generator=g)[:nnz]).values.to(torch.int32)
     expected = (go.t() @ x).flatten()[index.long()]  # dOᵀX on the support
     for chunk in (1, 37 * 5, 1 << 20):  # one entry per chunk, several chunks, one chunk
-        got = sddmm_gather(go, x, index, in_features=11, chunk_elements=chunk)
+        got = sddmm_gather(go, x, index, cols=11, chunk_elements=chunk)
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
     for block in (1, 11 * 2, 11 * 4, 1 << 20):  # one row per block, uneven blocks, one block
-        got = sddmm_blocked(go, x, index, in_features=11, block_elements=block)
+        got = sddmm_blocked(go, x, index, cols=11, block_elements=block)
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
-    torch.testing.assert_close(sddmm_csr(go, x, index, in_features=11), expected, rtol=0, atol=1e-12)
-    torch.testing.assert_close(sddmm(go, x, index, in_features=11), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(sddmm_csr(go, x, index, cols=11), expected, rtol=0, atol=1e-12)
+    for kernel in ("auto", "csr", "gather", "blocked"):  # the kernel is the caller's choice
+        torch.testing.assert_close(sddmm(go, x, index, cols=11, kernel=kernel), expected, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("shape,density", [((10, 12), 0.15), ((40, 48), 0.002)])  # blocked / gather SDDMM
@@ -53,7 +54,7 @@ def test_sparse_linear_gradcheck_float64(shape, density):
     layer = _layer(out=shape[0], inp=shape[1], density=density)
     x = torch.randn(2, 4, shape[1], dtype=torch.float64, requires_grad=True)
     v = layer.sparse_values.detach().clone().requires_grad_()
-    assert torch.autograd.gradcheck(lambda x, v: _SparseFrozenLinear.apply(x, v, layer.sparse_index, layer._frozen()),
+    assert torch.autograd.gradcheck(lambda x, v: SparseFrozenLinear.apply(x, v, layer.sparse_index, layer.frozen()),
                                     (x, v))
 
 
@@ -129,20 +130,23 @@ def test_mask_of_wrong_size_is_an_error():
         layer.set_mask(torch.arange(layer.nnz) + 120)
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_density_zero_is_peft_lora_bit_for_bit(tiny_llama, dropout):
+@pytest.mark.parametrize("arch, dropout", [("llama", 0.0), ("llama", 0.3), ("gpt2", 0.0), ("gpt2", 0.3)])
+def test_density_zero_is_peft_lora_bit_for_bit(tiny_llama, tiny_gpt2, arch, dropout):
+    """Llama (nn.Linear) against PEFT's LoRA; GPT-2 (Conv1D, weights stored (in, out)) against PEFT's
+    fan_in_fan_out LoRA."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(0)
-    base = build_causal_lm(tiny_llama)
+    base = build_causal_lm(tiny_llama if arch == "llama" else tiny_gpt2)
     ours_model = copy.deepcopy(base)
     torch.manual_seed(123)
-    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules="all-linear"))
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules="all-linear",
+                                                 fan_in_fan_out=arch == "gpt2"))
     torch.manual_seed(123)
     layers = apply_rosa(ours_model, "all-linear", r=4, lora_alpha=8, lora_dropout=dropout, density=0.0)
     peft_layers = {n.removeprefix("base_model.model."): m for n, m in peft_model.named_modules()
                    if hasattr(m, "lora_A") and "default" in getattr(m, "lora_A", {})}
-    assert set(layers) == set(peft_layers)
+    assert set(layers) == set(peft_layers) and len(layers) == (14 if arch == "llama" else 8)
     # same seed and construction order: identical initial A (B is 0 in both)
     for name, layer in layers.items():
         assert torch.equal(layer.lora_A.weight, peft_layers[name].lora_A["default"].weight), name
@@ -167,16 +171,14 @@ def test_density_zero_is_peft_lora_bit_for_bit(tiny_llama, dropout):
 
 
 def test_dropout_lora_branch_matches_reference_float64():
-    from zoo.rosa.layer import _DropoutLoRAA
-
     g = torch.Generator().manual_seed(3)
     x = torch.randn(4, 12, dtype=torch.float64, generator=g, requires_grad=True)
     a = torch.randn(3, 12, dtype=torch.float64, generator=g, requires_grad=True)
     keep = torch.rand(4, 12, generator=g) > 0.3
-    assert torch.autograd.gradcheck(lambda x, a: _DropoutLoRAA.apply(x, a, keep, 1 / 0.7), (x, a))
+    assert torch.autograd.gradcheck(lambda x, a: DropoutLoRAA.apply(x, a, keep, 1 / 0.7), (x, a))
     xr, ar = x.detach().clone().requires_grad_(), a.detach().clone().requires_grad_()
     ref = (xr * keep / 0.7) @ ar.t()
-    out = _DropoutLoRAA.apply(x, a, keep, 1 / 0.7)
+    out = DropoutLoRAA.apply(x, a, keep, 1 / 0.7)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     gy = torch.randn_like(out)
     out.backward(gy)

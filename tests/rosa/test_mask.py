@@ -12,9 +12,9 @@ from zoo.lm import build_causal_lm
 from zoo.rosa.mask import FisherCollector, apply_rosa, find_targets, fisher_mask, load_mask, rosa_layers, save_mask
 
 
-def _adapted(tiny_llama, density=0.05, r=4):
+def _adapted(config, density=0.05, r=4):
     torch.manual_seed(0)
-    model = build_causal_lm(tiny_llama).double()
+    model = build_causal_lm(config).double()
     layers = apply_rosa(model, "all-linear", r=r, lora_alpha=8, lora_dropout=0.0, density=density,
                         adapter_dtype=torch.float64)
     g = torch.Generator().manual_seed(1)
@@ -26,7 +26,8 @@ def _adapted(tiny_llama, density=0.05, r=4):
 
 
 def _autograd_fisher(model, batches, mode="mean_squared"):
-    """Merge the adapters into an unfrozen copy and take dL/dW with autograd, micro-batch by micro-batch."""
+    """Merge the adapters into an unfrozen copy and take dL/dW with autograd, micro-batch by micro-batch (for
+    Conv1D that is the gradient of its stored (in, out) weight, the layout the mask indexes)."""
     merged = copy.deepcopy(model)
     names = list(rosa_layers(merged))
     for name, layer in rosa_layers(merged).items():
@@ -44,9 +45,9 @@ def _autograd_fisher(model, batches, mode="mean_squared"):
     return {n: (a / len(batches)).abs() for n, a in zip(names, acc)}
 
 
-@pytest.mark.parametrize("mode", ["mean_squared", "mean"])
-def test_fisher_mask_equals_autograd_topk(tiny_llama, token_batches, mode):
-    model, layers = _adapted(tiny_llama)
+@pytest.mark.parametrize("arch, mode", [("llama", "mean_squared"), ("llama", "mean"), ("gpt2", "mean_squared")])
+def test_fisher_mask_equals_autograd_topk(tiny_llama, tiny_gpt2, token_batches, arch, mode):
+    model, layers = _adapted(tiny_llama if arch == "llama" else tiny_gpt2)
     batches = token_batches(3)
     with FisherCollector(model, layers, mode) as fisher:
         for b in batches:

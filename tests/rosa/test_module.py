@@ -1,17 +1,19 @@
-"""RoSAModule / LoRABaselineModule wiring: mask warm-up + restart, checkpoints, Hub round trip, export, errors."""
+"""RoSAModule / LoRABaselineModule wiring: the mask made by Lightning's loop (mask stage + training run, and the
+one-run schedule), checkpoints, Hub round trip, export, errors."""
 
 from __future__ import annotations
+
+import copy
 
 import lightning.pytorch as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from callbacks.rosa_mask import RoSAMaskWarmup
 from datamodules.gsm8k import GSM8KDataModule
 from zoo.errors import ZooError
-from zoo.rosa import LoRABaselineModule, RoSAModule
-from zoo.rosa.mask import load_mask
+from zoo.rosa import MASK_FILE, LoRABaselineModule, RoSAModule
+from zoo.rosa.mask import FisherCollector, fisher_mask, load_mask
 
 
 def _module(tiny_llama, **kw):
@@ -31,11 +33,22 @@ def _trainer(tmp_path, callbacks=(), **kw):
                      enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=list(callbacks), **kw)
 
 
-class _Record(Callback):
-    """Runs after RoSAMaskWarmup.on_fit_start: records the adapters the main phase starts from."""
+class _Watch(Callback):
+    """Records, as Lightning runs them, the model state and micro-batches of optimizer step `collect_step`, and
+    which parameter groups had gradients at each optimizer step."""
 
-    def on_fit_start(self, trainer, pl_module):
-        self.state = pl_module.adapter_state()
+    def __init__(self, collect_step: int):
+        self.collect_step, self.state, self.batches, self.with_grad = collect_step, None, [], []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.collect_step:
+            if self.state is None:
+                self.state = copy.deepcopy(pl_module.model.state_dict())
+            self.batches.append({k: v.clone() for k, v in batch.items()})
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.with_grad.append({g["name"] for g in optimizer.param_groups if any(p.grad is not None
+                                                                                  for p in g["params"])})
 
 
 def _logits(module, ids):
@@ -44,23 +57,47 @@ def _logits(module, ids):
         return module.model(input_ids=ids).logits
 
 
-def test_warmup_mask_restart_checkpoint_and_test(tiny_llama, tmp_path):
-    module = _module(tiny_llama)
-    initial = module.adapter_state()
-    record = _Record()
-    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    trainer = _trainer(tmp_path, [RoSAMaskWarmup(warmup_steps=2, collect_steps=1), record, ckpt], max_steps=2,
-                       accumulate_grad_batches=2, limit_test_batches=1)
-    trainer.fit(module, _data())
-    # the warmed-up LoRA is discarded: the main phase starts from the initial adapters, now with a mask
+def test_mask_stage_then_training_run(tiny_llama, tmp_path):
+    """The paper's two runs: a mask stage (LoRA-only warm-up, Fisher over the next step, mask, stop) whose mask is
+    exactly the top-k of the Fisher of the micro-batches Lightning ran in that step, then a run that trains LoRA +
+    sparse values from the pretrained weights and the initial adapters with that mask."""
+    warmup, accum = 2, 2
+    stage = _module(tiny_llama, lora_dropout=0.0, mask_warmup_steps=warmup, mask_grad_steps=1, stop_after_mask=True)
+    initial = stage.adapter_state()
+    watch = _Watch(collect_step=warmup)
+    trainer = _trainer(tmp_path / "mask", [watch], max_steps=10, accumulate_grad_batches=accum)
+    trainer.fit(stage, _data())
+    assert trainer.global_step == warmup + 1  # stopped right after the collection step
+    assert watch.with_grad == [{"lora"}] * (warmup + 1)  # LoRA alone was trained (the values are not even in it)
+    assert all(not layer.sparse_values.requires_grad and not layer.sparse_values.any()
+               for layer in stage.layers.values())
+    masks = load_mask(tmp_path / "mask" / MASK_FILE, stage.layers)
+    assert stage.has_mask and all(torch.equal(masks[n], layer.sparse_index.long()) for n, layer in stage.layers.items())
+    # oracle: replay the collection step's micro-batches (Lightning scales each loss by 1/accum) on its adapters
+    replay = _module(tiny_llama, lora_dropout=0.0)
+    replay.model.load_state_dict(watch.state)
+    assert len(watch.batches) == accum
+    with FisherCollector(replay.model, replay.layers) as fisher:
+        for batch in watch.batches:
+            (replay.training_loss(batch) / accum).backward()
+            fisher.end_microbatch()
+    expected = fisher_mask(fisher.scores(), 0.05)
+    for name, layer in stage.layers.items():
+        assert layer.nnz == int(0.05 * layer.in_features * layer.out_features)
+        assert torch.equal(masks[name], expected[name]), name
+
+    # the second run reads the newest mask through a glob when its fit starts; it starts from the initial adapters
+    module = _module(tiny_llama, mask_path=str(tmp_path / "m*" / MASK_FILE))
+    assert not module.has_mask and not module.generates_mask
     for k, v in initial.items():
         if not k.endswith(("sparse_index", "sparse_ready")):
-            assert torch.equal(record.state[k], v), k
-    assert module.has_mask
-    masks = load_mask(tmp_path / "rosa_mask.safetensors", module.layers)
-    for name, layer in module.layers.items():
-        assert layer.nnz == int(0.05 * layer.in_features * layer.out_features)
-        assert torch.equal(masks[name], layer.sparse_index.long())
+            assert torch.equal(module.adapter_state()[k], v), k
+    watch = _Watch(collect_step=-1)
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    _trainer(tmp_path / "train", [watch, ckpt], max_steps=2, accumulate_grad_batches=accum).fit(module, _data())
+    assert watch.with_grad == [{"lora", "sparse"}] * 2  # both from step 0
+    assert all(torch.equal(masks[n], layer.sparse_index.long()) for n, layer in module.layers.items())
+    assert not (tmp_path / "train" / MASK_FILE).exists()
     assert any(layer.sparse_values.abs().sum() > 0 for layer in module.layers.values())  # values were trained
     # `zoo test --ckpt_path last.ckpt`: a fresh module from the config restores the masked layers
     fresh = _module(tiny_llama)
@@ -71,10 +108,26 @@ def test_warmup_mask_restart_checkpoint_and_test(tiny_llama, tmp_path):
         assert torch.equal(fresh.layers[name].sparse_index, layer.sparse_index)
         assert torch.equal(fresh.layers[name].sparse_values, layer.sparse_values)
     assert (tmp_path / "gsm8k_test_generations.jsonl").exists()
-    # the saved mask reloads through mask_path (the official second run), skipping the warm-up
-    again = _module(tiny_llama, mask_path=str(tmp_path / "rosa_mask.safetensors"))
-    assert again.has_mask and torch.equal(next(iter(again.layers.values())).sparse_index,
-                                          next(iter(module.layers.values())).sparse_index)
+    # the weights hold the mask: a copy rebuilt elsewhere (the mask file gone) needs no mask_path file
+    module.save_pretrained(tmp_path / "hub")
+    (tmp_path / "mask" / MASK_FILE).unlink()
+    loaded = RoSAModule.from_pretrained(tmp_path / "hub")
+    assert loaded.has_mask and all(torch.equal(loaded.layers[n].sparse_index, layer.sparse_index)
+                                   for n, layer in module.layers.items())
+
+
+def test_one_run_schedule_makes_the_mask_then_trains_the_values(tiny_llama, tmp_path):
+    """Without mask_path (official one-run wl schedule): LoRA alone for the warm-up and collection steps, then the
+    mask is set and saved, and LoRA + sparse values train on in the same fit."""
+    module = _module(tiny_llama, mask_warmup_steps=1, mask_grad_steps=1)
+    watch = _Watch(collect_step=-1)
+    trainer = _trainer(tmp_path, [watch], max_steps=4, accumulate_grad_batches=2)
+    trainer.fit(module, _data())
+    assert trainer.global_step == 4
+    assert watch.with_grad == [{"lora"}, {"lora"}, {"lora", "sparse"}, {"lora", "sparse"}]
+    masks = load_mask(tmp_path / MASK_FILE, module.layers)
+    assert all(torch.equal(masks[n], layer.sparse_index.long()) for n, layer in module.layers.items())
+    assert all(layer.sparse_values.abs().sum() > 0 for layer in module.layers.values())
 
 
 def _with_random_mask(module, seed=0):
@@ -150,24 +203,32 @@ def test_bad_inputs_are_one_line_errors(tiny_llama, tmp_path):
         _module(tiny_llama, target_modules=["qkv_proj"])
     with pytest.raises(ZooError, match="density"):
         _module(tiny_llama, density=1.2)
-    with pytest.raises(ZooError, match="not found"):
-        _module(tiny_llama, mask_path=str(tmp_path / "missing.safetensors"))
+    with pytest.raises(ZooError, match="not found"):  # mask_path is read when a fit starts
+        _module(tiny_llama, mask_path=str(tmp_path / "missing.safetensors")).setup("fit")
     other = _with_random_mask(_module(tiny_llama, density=0.1))
     other.save_mask(tmp_path / "d10.safetensors")
     with pytest.raises(ZooError, match="does not fit"):
-        _module(tiny_llama, density=0.05, mask_path=str(tmp_path / "d10.safetensors"))
-    with pytest.raises(ZooError, match="RoSAMaskWarmup"):  # density > 0 without a mask or the warm-up callback
-        _trainer(tmp_path, max_steps=1).fit(_module(tiny_llama), _data())
+        _module(tiny_llama, density=0.05, mask_path=str(tmp_path / "d10.safetensors")).setup("fit")
+    with pytest.raises(ZooError, match="matches nothing"):
+        _module(tiny_llama, mask_path=str(tmp_path / "runs" / "*" / MASK_FILE)).setup("fit")
+    with pytest.raises(ZooError, match="mask_warmup_steps >= 0 and mask_grad_steps >= 1"):
+        _module(tiny_llama, mask_grad_steps=0)
+    with pytest.raises(ZooError, match="fisher_mode"):
+        _module(tiny_llama, fisher_mode="max")
+    with pytest.raises(ZooError, match="stop_after_mask"):
+        _module(tiny_llama, density=0.0, stop_after_mask=True)
+    with pytest.raises(ZooError, match="needs 3"):  # the fit is shorter than the mask schedule
+        _trainer(tmp_path, max_steps=2).fit(_module(tiny_llama, mask_warmup_steps=2), _data())
 
 
 def test_resumed_fit_keeps_its_mask_and_skips_the_warmup(tiny_llama, tmp_path):
-    module = _module(tiny_llama)
+    module = _module(tiny_llama, mask_warmup_steps=1)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    _trainer(tmp_path, [RoSAMaskWarmup(warmup_steps=1), ckpt], max_steps=1).fit(module, _data())
-    resumed = _module(tiny_llama)
-    warmup = RoSAMaskWarmup(warmup_steps=1, mask_file="second.safetensors")
-    _trainer(tmp_path, [warmup], max_steps=2).fit(resumed, _data(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
-    assert not (tmp_path / "second.safetensors").exists()  # no second warm-up
+    _trainer(tmp_path, [ckpt], max_steps=2).fit(module, _data())  # the mask is made at step 2
+    (tmp_path / MASK_FILE).unlink()
+    resumed = _module(tiny_llama, mask_warmup_steps=1)
+    _trainer(tmp_path, max_steps=3).fit(resumed, _data(), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    assert not (tmp_path / MASK_FILE).exists()  # no second mask
     for name, layer in module.layers.items():
         assert torch.equal(resumed.layers[name].sparse_index, layer.sparse_index)
 

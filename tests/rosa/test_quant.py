@@ -29,10 +29,11 @@ def test_nf4_buffers_are_bitsandbytes_double_quant():
     assert torch.equal(restored.frozen_weight(), q.frozen_weight())
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_qrosa_equals_rosa_on_dequantised_weights(tiny_llama, token_batches, dtype):
+@pytest.mark.parametrize("arch, dtype", [("llama", torch.float32), ("llama", torch.bfloat16), ("gpt2", torch.float32)])
+def test_qrosa_equals_rosa_on_dequantised_weights(tiny_llama, tiny_gpt2, token_batches, arch, dtype):
+    """GPT-2's Conv1D weights are quantised and sparse-adapted in their stored (in, out) layout."""
     torch.manual_seed(0)
-    base = build_causal_lm(tiny_llama).to(dtype)
+    base = build_causal_lm(tiny_llama if arch == "llama" else tiny_gpt2).to(dtype)
     q_model, d_model = base, copy.deepcopy(base)
     torch.manual_seed(1)
     q_layers = apply_rosa(q_model, "all-linear", r=4, lora_alpha=8, density=0.05, quantize="nf4")

@@ -1,35 +1,27 @@
-"""A RoSAMaskWarmup that records, per rank, its own Fisher scores, the cross-rank average and the mask it applies
-(tests/rosa/test_mask_ddp.py runs it under DDP in `zoo fit` subprocesses)."""
+"""A RoSAModule that records, per rank, its own Fisher scores, the cross-rank average it takes the top-k of, the mask
+it applies and its LoRA weights (tests/rosa/test_mask_ddp.py runs it under DDP in `zoo fit` subprocesses)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from safetensors.torch import save_file
 
-from callbacks.rosa_mask import RoSAMaskWarmup
+from zoo.rosa import RoSAModule
 
 
-class RoSAMaskProbe(RoSAMaskWarmup):
-    def __init__(self, out_dir: str, **kw):
-        super().__init__(**kw)
-        self.out_dir = Path(out_dir)
-        self.record: dict[str, torch.Tensor] = {}
-
-    def reduce_scores(self, trainer, scores, device):
+class RoSAMaskProbe(RoSAModule):
+    def fisher_scores(self, fisher):
         # copy first: the DDP all-reduce works in place on CPU tensors
-        local = {n: s.detach().float().cpu().clone() for n, s in scores.items()}
-        reduced = super().reduce_scores(trainer, scores, device)
-        for n in scores:
-            self.record[f"local/{n}"] = local[n]
-            self.record[f"mean/{n}"] = reduced[n].detach().float().cpu().clone()
+        local = {n: s.detach().float().cpu().clone() for n, s in fisher.scores().items()}
+        reduced = super().fisher_scores(fisher)
+        self.probe = {f"local/{n}": local[n] for n in local}
+        self.probe |= {f"mean/{n}": s.detach().float().cpu().clone() for n, s in reduced.items()}
         return reduced
 
-    def compute_mask(self, trainer, module):
-        masks = super().compute_mask(trainer, module)
-        for n, m in masks.items():
-            self.record[f"mask/{n}"] = m.detach().cpu().clone()
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        save_file(self.record, str(self.out_dir / f"rank{trainer.global_rank}.safetensors"))
-        return masks
+    def on_fit_end(self) -> None:
+        record = dict(getattr(self, "probe", {}))
+        record |= {f"mask/{n}": layer.sparse_index.detach().cpu().clone() for n, layer in self.layers.items()}
+        record |= {f"lora/{n}": p.detach().cpu().clone() for n, p in self.named_parameters() if ".lora_" in n}
+        path = Path(self.trainer.default_root_dir) / f"probe.rank{self.trainer.global_rank}.safetensors"
+        save_file(record, str(path))

@@ -1,40 +1,57 @@
-"""The RoSA layer: a frozen linear weight W plus a low-rank adapter (A, B) and a sparse adapter S.
+"""The RoSA layer: a frozen weight W plus a low-rank adapter (A, B) and a sparse adapter S.
 
     y = x (W + S)ᵀ + b + (α/r) · B A drop(x)                       (RoSA, Eq. 1 with the LoRA scaling)
 
 S has a fixed support (the mask, chosen by `zoo.rosa.mask.fisher_mask`) and trainable values. It is stored as
-a flat row-major index (`sparse_index`, int32 or int64) and a value vector (`sparse_values`), so adapter
-memory grows with nnz, never with out·in. The gradient of the values is the masked product dOᵀX evaluated
-only on the support (SDDMM), never as a dense out×in gradient: at low density by gathering the needed
-columns of dO and X in chunks of the support (`sddmm_gather`, work ∝ nnz·T); above ~0.4% density by GEMMs
-over blocks of output rows from which the support entries are picked (`sddmm_blocked`, work at GEMM speed,
-a bounded temporary block); or, where PyTorch has it (the default), through its CSR SDDMM kernel
-`torch.sparse.sampled_addmm` (`sddmm_csr`, work ∝ nnz·T at kernel speed).
+a flat row-major index into the *stored* weight (`sparse_index`, int32 or int64) and a value vector
+(`sparse_values`), so adapter memory grows with nnz, never with out·in.
 
-The frozen W may be a dense `nn.Linear` or an NF4 weight (`zoo.rosa.quant.NF4Linear`); either way W is
+Weight layouts. `nn.Linear` stores W as (out, in); transformers' `Conv1D` (GPT-2) stores it transposed, (in, out),
+and computes x W + b (PEFT's `fan_in_fan_out`). The support indexes the weight as stored in either case, so a mask
+addresses `base.weight.view(-1)` directly: merging is an `index_add_` into W, and the Fisher score of an entry is
+the squared gradient of that stored entry. The LoRA factors do not depend on the layout (A is r×in, B is out×r,
+as in PEFT).
+
+The gradient of the values is the masked product dOᵀX (XᵀdO for Conv1D) evaluated only on the support (SDDMM),
+never as a dense out×in gradient. Three exact kernels, chosen per layer by the `sddmm` argument:
+* `"csr"`: PyTorch's CSR SDDMM kernel `torch.sparse.sampled_addmm` (work ∝ nnz·T at kernel speed);
+* `"gather"`: gathers the needed columns of both operands in chunks of the support (work ∝ nnz·T);
+* `"blocked"`: GEMMs over blocks of weight rows from which the support entries are picked (work at GEMM speed,
+  a bounded temporary block);
+* `"auto"` (the default): `"csr"` where this PyTorch build has the kernel for the tensors' device (probed once per
+  device type, on first use — never at import), otherwise `"gather"` at low density and `"blocked"` above
+  1/(2·GATHER_VS_GEMM_COST).
+
+The frozen W may be dense (`nn.Linear`, `Conv1D`) or an NF4 weight (`zoo.rosa.quant.NF4Linear`); either way W is
 re-materialised in the backward pass instead of being saved (the official code does the same with
 `dequantize_4bit` in forward and backward).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.pytorch_utils import Conv1D
 
 from zoo.errors import ZooError
 
 # Elements per gathered chunk in the gather SDDMM: two (chunk × tokens) buffers, 2**24 floats = 64 MiB each in fp32.
 SDDMM_CHUNK_ELEMENTS = 1 << 24
-# Largest dense block (rows × in) of dOᵀX the blocked SDDMM forms at a time: 16 MiB in fp32, i.e. a quarter of a
-# 4096×4096 LLaMA projection; the full out×in gradient is never formed for large layers.
+# Largest dense block (rows × cols) of the product the blocked SDDMM forms at a time: 16 MiB in fp32, i.e. a quarter
+# of a 4096×4096 LLaMA projection; the full weight-sized gradient is never formed for large layers.
 SDDMM_BLOCK_ELEMENTS = 1 << 22
 # Cost of one gathered multiply-add relative to one GEMM multiply-add (measured ~100-200 on CPU; GPUs favour
 # GEMMs even more). Above density 1/(2·ratio) the blocked GEMM is cheaper than gathering 2·nnz·T elements.
 GATHER_VS_GEMM_COST = 128
+
+SDDMMKernel = Literal["auto", "csr", "gather", "blocked"]
+SDDMM_KERNELS = ("auto", "csr", "gather", "blocked")
 
 
 def index_dtype(numel: int) -> torch.dtype:
@@ -42,101 +59,118 @@ def index_dtype(numel: int) -> torch.dtype:
     return torch.int32 if numel < 2**31 else torch.int64
 
 
-def sddmm_gather(grad_out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, in_features: int,
-                 chunk_elements: int = SDDMM_CHUNK_ELEMENTS) -> torch.Tensor:
-    """Sampled dense-dense product: for each flat support index k = i·in + j, sum_t dO[t, i] · X[t, j].
+# --- SDDMM: (aᵀ b) on a support of flat row-major indices k = i·cols + j ------------------------------------------
+# For nn.Linear a = dO (T, out), b = X (T, in), cols = in: the gradient of W (out, in). For Conv1D a = X, b = dO,
+# cols = out: the gradient of its stored (in, out) weight.
 
-    `grad_out` is (T, out), `x` is (T, in). Both are transposed once so that the gathers read contiguous
-    rows; products accumulate in float32 (or float64 when the inputs are float64). Work and memory ∝ nnz·T.
+def sddmm_gather(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: int,
+                 chunk_elements: int = SDDMM_CHUNK_ELEMENTS) -> torch.Tensor:
+    """Sampled dense-dense product: for each flat support index k = i·cols + j, sum_t a[t, i] · b[t, j].
+
+    `a` is (T, rows), `b` is (T, cols). Both are transposed once so that the gathers read contiguous rows;
+    products accumulate in float32 (or float64 when the inputs are float64). Work and memory ∝ nnz·T.
     """
     nnz = index.numel()
-    acc = torch.float64 if grad_out.dtype == torch.float64 else torch.float32
-    out = torch.empty(nnz, dtype=acc, device=grad_out.device)
+    acc = torch.float64 if a.dtype == torch.float64 else torch.float32
+    out = torch.empty(nnz, dtype=acc, device=a.device)
     if nnz == 0:
         return out
-    go_t = grad_out.t().contiguous()  # (out, T)
-    x_t = x.t().contiguous()  # (in, T)
-    tokens = max(go_t.shape[1], 1)
+    a_t = a.t().contiguous()  # (rows, T)
+    b_t = b.t().contiguous()  # (cols, T)
+    tokens = max(a_t.shape[1], 1)
     step = max(1, chunk_elements // tokens)
     for s in range(0, nnz, step):
         idx = index[s:s + step].long()
-        rows, cols = idx // in_features, idx % in_features
-        a = go_t.index_select(0, rows).to(acc)
-        b = x_t.index_select(0, cols).to(acc)
-        torch.sum(a.mul_(b), dim=1, out=out[s:s + step])  # a is a fresh gather: multiply in place
+        ga = a_t.index_select(0, idx // cols).to(acc)
+        gb = b_t.index_select(0, idx % cols).to(acc)
+        torch.sum(ga.mul_(gb), dim=1, out=out[s:s + step])  # ga is a fresh gather: multiply in place
     return out
 
 
-def sddmm_blocked(grad_out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, in_features: int,
+def sddmm_blocked(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: int,
                   block_elements: int = SDDMM_BLOCK_ELEMENTS) -> torch.Tensor:
-    """The same sampled product, one block of output rows at a time: (dO[:, r0:r1])ᵀ X is a GEMM of at most
+    """The same sampled product, one block of rows at a time: (a[:, r0:r1])ᵀ b is a GEMM of at most
     `block_elements` entries, from which the support entries of those rows are gathered. Needs `index` sorted
-    (row-major), which `RoSALinear.set_mask` guarantees. Work ∝ out·in·T at GEMM speed, memory ∝ one block."""
-    nnz, out_features = index.numel(), grad_out.shape[-1]
-    acc = torch.float64 if grad_out.dtype == torch.float64 else torch.float32
-    out = torch.empty(nnz, dtype=acc, device=grad_out.device)
+    (row-major), which `RoSALinear.set_mask` guarantees. Work ∝ rows·cols·T at GEMM speed, memory ∝ one block."""
+    nnz, rows = index.numel(), a.shape[-1]
+    acc = torch.float64 if a.dtype == torch.float64 else torch.float32
+    out = torch.empty(nnz, dtype=acc, device=a.device)
     if nnz == 0:
         return out
-    rows_per_block = max(1, block_elements // in_features)
-    bounds = list(range(0, out_features, rows_per_block)) + [out_features]
-    edges = torch.tensor(bounds, device=index.device, dtype=torch.long) * in_features
+    rows_per_block = max(1, block_elements // cols)
+    bounds = list(range(0, rows, rows_per_block)) + [rows]
+    edges = torch.tensor(bounds, device=index.device, dtype=torch.long) * cols
     starts = torch.searchsorted(index.long(), edges).tolist()  # support range of each row block
-    for b in range(len(bounds) - 1):
-        s, e = starts[b], starts[b + 1]
+    for blk in range(len(bounds) - 1):
+        s, e = starts[blk], starts[blk + 1]
         if s == e:
             continue
-        r0, r1 = bounds[b], bounds[b + 1]
-        block = grad_out[:, r0:r1].t() @ x  # (r1 - r0, in): one slab of dOᵀX
-        out[s:e] = block.reshape(-1).index_select(0, index[s:e].long() - r0 * in_features)
+        r0, r1 = bounds[blk], bounds[blk + 1]
+        block = a[:, r0:r1].t() @ b  # (r1 - r0, cols): one slab of aᵀb
+        out[s:e] = block.reshape(-1).index_select(0, index[s:e].long() - r0 * cols)
     return out
 
 
-def sddmm_csr(grad_out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, in_features: int) -> torch.Tensor:
+def sddmm_csr(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: int) -> torch.Tensor:
     """The same sampled product through PyTorch's own SDDMM kernel, `torch.sparse.sampled_addmm` on a CSR
     pattern built from the sorted flat index (CPU and CUDA; work ∝ nnz·T like the official `spops` SDDMM).
     Measured 3× faster than the blocked GEMM and 6–14× faster than the gather on a 1344×512 layer at
     d = 0.6–1.8%, 512 tokens (2-core CPU)."""
-    nnz, out_features = index.numel(), grad_out.shape[-1]
-    acc = torch.float64 if grad_out.dtype == torch.float64 else torch.float32
+    nnz, rows = index.numel(), a.shape[-1]
+    acc = torch.float64 if a.dtype == torch.float64 else torch.float32
     if nnz == 0:
-        return torch.empty(0, dtype=acc, device=grad_out.device)
+        return torch.empty(0, dtype=acc, device=a.device)
     idx = index.long()
-    row_starts = torch.arange(out_features + 1, device=idx.device) * in_features
+    row_starts = torch.arange(rows + 1, device=idx.device) * cols
     crow = torch.searchsorted(idx, row_starts)
     with warnings.catch_warnings():  # "sparse CSR support is in beta": the kernel is covered by our oracle tests
         warnings.simplefilter("ignore", UserWarning)
-        pattern = torch.sparse_csr_tensor(crow, idx % in_features, torch.zeros(nnz, dtype=acc, device=idx.device),
-                                          (out_features, in_features), check_invariants=False)
-    out = torch.sparse.sampled_addmm(pattern, grad_out.t().to(acc), x.to(acc), beta=0.0)
+        pattern = torch.sparse_csr_tensor(crow, idx % cols, torch.zeros(nnz, dtype=acc, device=idx.device),
+                                          (rows, cols), check_invariants=False)
+    out = torch.sparse.sampled_addmm(pattern, a.t().to(acc), b.to(acc), beta=0.0)
     return out.values()
 
 
-def _csr_sddmm_available() -> bool:
+@functools.cache
+def csr_sddmm_available(device_type: str = "cpu") -> bool:
+    """Whether this PyTorch build runs `sampled_addmm` on `device_type` (a 1×1 probe, once per device type)."""
     try:
-        sddmm_csr(torch.ones(1, 1), torch.ones(1, 1), torch.zeros(1, dtype=torch.long), 1)
+        one = torch.ones(1, 1, device=device_type)
+        sddmm_csr(one, one, torch.zeros(1, dtype=torch.long, device=device_type), 1)
         return True
     except (RuntimeError, NotImplementedError):  # builds without sparse CSR kernels
         return False
 
 
-CSR_SDDMM = _csr_sddmm_available()
+def check_sddmm_kernel(kernel: str) -> None:
+    if kernel not in SDDMM_KERNELS:
+        raise ZooError(f"unknown sddmm kernel {kernel!r}; use one of {list(SDDMM_KERNELS)}")
 
 
-def sddmm(grad_out: torch.Tensor, x: torch.Tensor, index: torch.Tensor, in_features: int) -> torch.Tensor:
-    """Value gradient of S: PyTorch's CSR SDDMM when available; otherwise the gather SDDMM at low density and the
-    blocked GEMM + gather above 1/(2·GATHER_VS_GEMM_COST)."""
-    if CSR_SDDMM:
-        return sddmm_csr(grad_out, x, index, in_features)
-    numel = in_features * grad_out.shape[-1]
-    if 2 * GATHER_VS_GEMM_COST * index.numel() > numel:
-        return sddmm_blocked(grad_out, x, index, in_features)
-    return sddmm_gather(grad_out, x, index, in_features)
+def sddmm(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: int,
+          kernel: SDDMMKernel = "auto") -> torch.Tensor:
+    """(aᵀb) on the support with the given kernel; `"auto"`: PyTorch's CSR SDDMM when this build has it for the
+    device, otherwise the gather SDDMM at low density and the blocked GEMM + gather above 1/(2·GATHER_VS_GEMM_COST)."""
+    if kernel == "auto":
+        if csr_sddmm_available(a.device.type):
+            kernel = "csr"
+        else:
+            kernel = "blocked" if 2 * GATHER_VS_GEMM_COST * index.numel() > cols * a.shape[-1] else "gather"
+    if kernel == "csr":
+        return sddmm_csr(a, b, index, cols)
+    if kernel == "blocked":
+        return sddmm_blocked(a, b, index, cols)
+    if kernel == "gather":
+        return sddmm_gather(a, b, index, cols)
+    raise ZooError(f"unknown sddmm kernel {kernel!r}; use one of {list(SDDMM_KERNELS)}")
 
+
+# --- the frozen base --------------------------------------------------------------------------------------------
 
 def add_sparse(weight: torch.Tensor, values: torch.Tensor, index: torch.Tensor, fresh: bool = False) -> torch.Tensor:
-    """W + S as a dense tensor; W is never modified unless `fresh` says it is a throwaway copy (NF4 dequantises a
-    new one per call), in which case S is added into it. With no sparse entry yet, W itself (read only).
-    This is the official `csr_add`."""
+    """W + S as a dense tensor (in W's stored layout); W is never modified unless `fresh` says it is a throwaway
+    copy (NF4 dequantises a new one per call), in which case S is added into it. With no sparse entry yet, W
+    itself (read only). This is the official `csr_add`."""
     if not index.numel():  # mask warm-up / empty mask: no full-weight copy
         return weight
     w = weight if fresh else weight.clone()
@@ -144,18 +178,56 @@ def add_sparse(weight: torch.Tensor, values: torch.Tensor, index: torch.Tensor, 
     return w
 
 
-class _SparseFrozenLinear(torch.autograd.Function):
-    """y = x (W + S)ᵀ + b, with W frozen and provided by `base.frozen_weight()` (dense or dequantised NF4).
+class DenseFrozen:
+    """The frozen-base interface (`frozen_weight()`, `bias`, `fan_in_fan_out`, `fresh_weight`) of a dense
+    `nn.Linear` or `Conv1D`; `zoo.rosa.quant.NF4Linear` has the same interface natively."""
+
+    fresh_weight = False  # frozen_weight() is the layer's own tensor: never add into it
+
+    def __init__(self, layer: nn.Module):
+        self.layer = layer
+        self.fan_in_fan_out = isinstance(layer, Conv1D)
+
+    def frozen_weight(self) -> torch.Tensor:
+        return self.layer.weight.detach()
+
+    @property
+    def bias(self):
+        b = self.layer.bias
+        return None if b is None else b.detach()
+
+
+def frozen_base(layer: nn.Module):
+    """The frozen-base interface of `layer`: NF4 layers are their own, dense layers get a `DenseFrozen`."""
+    return layer if hasattr(layer, "frozen_weight") else DenseFrozen(layer)
+
+
+def base_geometry(layer: nn.Module) -> tuple[int, int, bool]:
+    """(in_features, out_features, fan_in_fan_out) of a layer RoSA can adapt."""
+    if isinstance(layer, Conv1D):  # weight (nx, nf) = (in, out); y = x W + b
+        n_in, n_out = layer.weight.shape
+        return n_in, n_out, True
+    if isinstance(layer, nn.Linear):
+        return layer.in_features, layer.out_features, False
+    if hasattr(layer, "frozen_weight"):  # NF4Linear
+        return layer.in_features, layer.out_features, bool(layer.fan_in_fan_out)
+    raise ZooError(f"RoSA adapts nn.Linear, transformers Conv1D and NF4Linear layers, not {type(layer).__name__}")
+
+
+class SparseFrozenLinear(torch.autograd.Function):
+    """y = x (W + S)ᵀ + b (x (W + S) + b for the Conv1D layout), with W frozen and provided by
+    `base.frozen_weight()` (dense or dequantised NF4) and S on the stored layout of W.
 
     Saved for backward: x, the index and the values (nnz each). W + S is rebuilt in backward.
     """
 
     @staticmethod
-    def forward(ctx, x, values, index, base):
-        w_eff = add_sparse(base.frozen_weight(), values, index, getattr(base, "fresh_weight", False))
+    def forward(ctx, x, values, index, base, kernel="auto"):
+        w_eff = add_sparse(base.frozen_weight(), values, index, base.fresh_weight)
         bias = base.bias
-        y = F.linear(x.to(w_eff.dtype), w_eff, None if bias is None else bias.to(w_eff.dtype))
-        ctx.base = base
+        w_lin = w_eff.t() if base.fan_in_fan_out else w_eff  # F.linear wants (out, in)
+        y = F.linear(x.to(w_eff.dtype), w_lin, None if bias is None else bias.to(w_eff.dtype))
+        ctx.base, ctx.kernel = base, kernel
         ctx.x_dtype = x.dtype
         ctx.save_for_backward(x, values, index)
         return y
@@ -166,13 +238,18 @@ class _SparseFrozenLinear(torch.autograd.Function):
         base = ctx.base
         grad_x = grad_values = None
         if ctx.needs_input_grad[0]:
-            w_eff = add_sparse(base.frozen_weight(), values, index, getattr(base, "fresh_weight", False))
-            grad_x = (grad_out.to(w_eff.dtype) @ w_eff).to(ctx.x_dtype)
+            w_eff = add_sparse(base.frozen_weight(), values, index, base.fresh_weight)
+            g = grad_out.to(w_eff.dtype)
+            grad_x = (g @ w_eff.t() if base.fan_in_fan_out else g @ w_eff).to(ctx.x_dtype)
         if ctx.needs_input_grad[1]:
-            in_features = x.shape[-1]
-            grad_values = sddmm(grad_out.reshape(-1, grad_out.shape[-1]), x.reshape(-1, in_features),
-                                index, in_features).to(values.dtype)
-        return grad_x, grad_values, None, None
+            go = grad_out.reshape(-1, grad_out.shape[-1])
+            x2 = x.reshape(-1, x.shape[-1])
+            if base.fan_in_fan_out:  # stored (in, out): the gradient is Xᵀ dO
+                grad_values = sddmm(x2, go, index, go.shape[-1], ctx.kernel)
+            else:  # stored (out, in): dOᵀ X
+                grad_values = sddmm(go, x2, index, x2.shape[-1], ctx.kernel)
+            grad_values = grad_values.to(values.dtype)
+        return grad_x, grad_values, None, None, None
 
 
 def _drop(t: torch.Tensor, keep: torch.Tensor | None, scale: float) -> torch.Tensor:
@@ -180,7 +257,7 @@ def _drop(t: torch.Tensor, keep: torch.Tensor | None, scale: float) -> torch.Ten
     return t if keep is None else torch.where(keep, t, 0.0).mul_(scale)
 
 
-class _DropoutLoRAA(torch.autograd.Function):
+class DropoutLoRAA(torch.autograd.Function):
     """u = (x ⊙ keep / (1-p)) Aᵀ, saving x (already saved by the sparse branch) and the 1-byte keep mask
     instead of the dropped-out copy of x that `lora_A(dropout(x))` keeps alive; the dropped-out input is
     recomputed in backward. Used on the RoSA path (d > 0) so its activation memory stays within LoRA's."""
@@ -207,36 +284,31 @@ class _DropoutLoRAA(torch.autograd.Function):
         return grad_x, grad_w, None, None
 
 
-class _DenseFrozen:
-    """Adapter giving `nn.Linear` the `frozen_weight()` / `bias` interface of `NF4Linear`."""
-
-    def __init__(self, linear: nn.Linear):
-        self.linear = linear
-
-    def frozen_weight(self) -> torch.Tensor:
-        return self.linear.weight.detach()
-
-    @property
-    def bias(self):
-        b = self.linear.bias
-        return None if b is None else b.detach()
+def _sync_mask_ready(module: RoSALinear, incompatible_keys) -> None:
+    """Load-state-dict post hook: refresh the host copy of `sparse_ready` (one read per load, none per forward)."""
+    module._ready = bool(module.sparse_ready)
 
 
 class RoSALinear(nn.Module):
-    """Low-rank + sparse adapter around a frozen linear layer (PEFT-compatible names: `base_layer`,
-    `lora_A`, `lora_B`, `lora_dropout`, `scaling`).
+    """Low-rank + sparse adapter around a frozen `nn.Linear`, `Conv1D` or `NF4Linear` (PEFT-compatible names:
+    `base_layer`, `lora_A`, `lora_B`, `lora_dropout`, `scaling`).
 
     r = 0 gives pure sparse adaptation (`spa_only`), density 0 gives pure LoRA (`lora_only`); without an
-    active support the forward is literally PEFT's `Linear.forward`, so d = 0 is bit-identical to PEFT LoRA.
-    The support is set once by `set_mask(index)` (exactly int(d·out·in) distinct indices); the values start
-    at 0, so the layer starts at the base model.
+    active support the forward is literally PEFT's `Linear.forward` (for Conv1D: PEFT's `fan_in_fan_out` LoRA),
+    so d = 0 is bit-identical to PEFT LoRA. The support is set once by `set_mask(index)` (exactly int(d·out·in)
+    distinct flat indices into the stored weight); the values start at 0, so the layer starts at the base model.
+    `sddmm` picks the kernel of the value gradient (see the module docstring; default "auto").
     """
 
     def __init__(self, base_layer: nn.Module, r: int, lora_alpha: float, lora_dropout: float = 0.0,
-                 density: float = 0.0, adapter_dtype: torch.dtype = torch.float32):
+                 density: float = 0.0, adapter_dtype: torch.dtype = torch.float32, sddmm: SDDMMKernel = "auto"):
         super().__init__()
+        check_sddmm_kernel(sddmm)
+        if sddmm == "csr" and not csr_sddmm_available(_device_of(base_layer).type):
+            raise ZooError("sddmm='csr' needs torch.sparse.sampled_addmm, which this PyTorch build lacks; use 'auto'")
         self.base_layer = base_layer
-        self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
+        self.in_features, self.out_features, self.fan_in_fan_out = base_geometry(base_layer)
+        self.sddmm = sddmm
         self.r, self.lora_alpha = r, lora_alpha
         self.lora_dropout = nn.Dropout(p=lora_dropout) if lora_dropout > 0 else nn.Identity()
         device = _device_of(base_layer)
@@ -263,26 +335,37 @@ class RoSALinear(nn.Module):
         self.register_buffer("sparse_ready", torch.tensor(False, device=device))
         self.sparse_values = nn.Parameter(torch.zeros(k, dtype=adapter_dtype, device=device), requires_grad=k > 0)
         self._ready = False  # host copy of `sparse_ready` (no device sync in forward)
+        self.register_load_state_dict_post_hook(_sync_mask_ready)
         self.merged = False
 
     # --- the support --------------------------------------------------------------------------------------
     @property
+    def weight_shape(self) -> tuple[int, int]:
+        """Shape of the stored weight that the support indexes: (in, out) for Conv1D, else (out, in)."""
+        return (self.in_features, self.out_features) if self.fan_in_fan_out else (self.out_features, self.in_features)
+
+    @property
     def nnz(self) -> int:
         return self.sparse_index.numel()
+
+    @property
+    def mask_ready(self) -> bool:
+        """Whether the support has been set (by `set_mask` or a loaded state dict)."""
+        return self._ready
 
     @property
     def active_nnz(self) -> int:
         return self.nnz if self._ready else 0
 
     def set_mask(self, index: torch.Tensor, values: torch.Tensor | None = None) -> None:
-        """Fix the support S (flat row-major indices into the out×in weight) and reset its values to 0."""
-        numel = self.in_features * self.out_features
+        """Fix the support S (flat row-major indices into the stored weight) and reset its values to 0."""
+        rows, cols = self.weight_shape
         index = index.flatten()
         if index.numel() != self.nnz:
-            raise ZooError(f"mask with {index.numel()} entries does not fit a {self.out_features}x{self.in_features} "
-                           f"layer at density {self.density} (expected int(d*numel) = {self.nnz})")
-        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= numel):
-            raise ZooError(f"mask index out of range for a {self.out_features}x{self.in_features} weight")
+            raise ZooError(f"mask with {index.numel()} entries does not fit a {rows}x{cols} weight at density "
+                           f"{self.density} (expected int(d*numel) = {self.nnz})")
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= rows * cols):
+            raise ZooError(f"mask index out of range for a {rows}x{cols} weight")
         if torch.unique(index).numel() != index.numel():
             raise ZooError("mask indices must be distinct")
         with torch.no_grad():
@@ -291,35 +374,30 @@ class RoSALinear(nn.Module):
             self.sparse_ready.fill_(True)
         self._ready = True
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        ready = state_dict.get(prefix + "sparse_ready")
-        if ready is not None:
-            self._ready = bool(ready)
-
     def dense_sparse(self) -> torch.Tensor:
-        """dense(S) as an out×in tensor (for merging and tests only)."""
+        """dense(S) in the stored weight's shape (for merging and tests only)."""
         s = torch.zeros(self.out_features * self.in_features, dtype=self.sparse_values.dtype,
                         device=self.sparse_values.device)
         if self._ready:
             s.index_add_(0, self.sparse_index.long(), self.sparse_values.detach())
-        return s.view(self.out_features, self.in_features)
+        return s.view(self.weight_shape)
 
     # --- forward ------------------------------------------------------------------------------------------
-    def _frozen(self):
-        base = self.base_layer
-        return base if hasattr(base, "frozen_weight") else _DenseFrozen(base)
+    def frozen(self):
+        """The frozen-base interface of `base_layer` (see `SparseFrozenLinear`)."""
+        return frozen_base(self.base_layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.merged:
             return self.base_layer(x)
-        if self.active_nnz == 0 and isinstance(self.base_layer, nn.Linear):
+        dense_base = not hasattr(self.base_layer, "frozen_weight")
+        if self.active_nnz == 0 and dense_base:
             result = self.base_layer(x)  # lora_only (or before the mask exists): exactly PEFT's path
         elif self.active_nnz == 0:  # NF4 base without sparse part
             empty = self.sparse_values.detach().new_zeros(0)
-            result = _SparseFrozenLinear.apply(x, empty, self.sparse_index[:0], self._frozen())
+            result = SparseFrozenLinear.apply(x, empty, self.sparse_index[:0], self.frozen(), self.sddmm)
         else:
-            result = _SparseFrozenLinear.apply(x, self.sparse_values, self.sparse_index, self._frozen())
+            result = SparseFrozenLinear.apply(x, self.sparse_values, self.sparse_index, self.frozen(), self.sddmm)
         if self.lora_A is None:
             return result
         torch_result_dtype = result.dtype
@@ -328,22 +406,24 @@ class RoSALinear(nn.Module):
             return (result + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling).to(torch_result_dtype)
         p = self.lora_dropout.p if isinstance(self.lora_dropout, nn.Dropout) and self.training else 0.0
         keep = torch.empty_like(x, dtype=torch.bool).bernoulli_(1 - p) if p > 0 else None
-        u = _DropoutLoRAA.apply(x, self.lora_A.weight, keep, 1.0 / (1 - p))
+        u = DropoutLoRAA.apply(x, self.lora_A.weight, keep, 1.0 / (1 - p))
         return (result + self.lora_B(u) * self.scaling).to(torch_result_dtype)
 
     # --- merge ----------------------------------------------------------------------------------------------
     def delta_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """ΔW = (α/r)·BA + dense(S), computed in `dtype` (at least float32)."""
+        """ΔW = (α/r)·BA + dense(S) in the stored weight's layout ((α/r)(BA)ᵀ for Conv1D, as PEFT's
+        `transpose(B @ A, fan_in_fan_out)`), computed in `dtype` (at least float32)."""
         dtype = torch.promote_types(dtype, torch.float32)
         delta = self.dense_sparse().to(dtype)
         if self.lora_A is not None:
-            delta = delta + self.scaling * (self.lora_B.weight.to(dtype) @ self.lora_A.weight.to(dtype))
+            lora = self.lora_B.weight.to(dtype) @ self.lora_A.weight.to(dtype)
+            delta = delta + self.scaling * (lora.t() if self.fan_in_fan_out else lora)
         return delta
 
     @torch.no_grad()
     def merge(self) -> None:
-        """W ← W + (α/r)BA + dense(S) in place (dense bases only; QRoSA is evaluated unmerged, as officially)."""
-        if not isinstance(self.base_layer, nn.Linear):
+        """W ← W + ΔW in place (dense bases only; QRoSA is evaluated unmerged, as officially)."""
+        if hasattr(self.base_layer, "frozen_weight"):
             raise ZooError("merging into an NF4 base is not supported (the official code has no 4-bit merge)")
         if not self.merged:
             w = self.base_layer.weight
@@ -353,28 +433,11 @@ class RoSALinear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, r={self.r}, alpha={self.lora_alpha}, "
-                f"nnz={self.nnz}, mask={'set' if self._ready else 'pending'}")
+                f"nnz={self.nnz}, mask={'set' if self._ready else 'pending'}"
+                f"{', fan_in_fan_out' if self.fan_in_fan_out else ''}")
 
 
 def _device_of(module: nn.Module) -> torch.device:
     for t in list(module.parameters()) + list(module.buffers()):
         return t.device
     return torch.device("cpu")
-
-
-class DenseMaskedLinear(nn.Module):
-    """Reference: y = x (W + M ⊙ D)ᵀ + b with a dense trainable D whose gradient autograd masks (M ⊙ dOᵀX).
-
-    This is what RoSA would cost without SDDMM (a dense out×in gradient per layer); used as the oracle in the
-    tests and as the 'dense masked' column of the benchmark.
-    """
-
-    def __init__(self, base_layer: nn.Linear, mask: torch.Tensor):
-        super().__init__()
-        self.base_layer = base_layer
-        self.register_buffer("mask", mask.to(base_layer.weight.dtype))
-        self.delta = nn.Parameter(torch.zeros_like(base_layer.weight))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.base_layer.weight.detach() + self.mask * self.delta
-        return F.linear(x, w, self.base_layer.bias)

@@ -1,10 +1,12 @@
 """Where the adapters go and where the sparse support comes from.
 
-* `apply_rosa` wraps the target `nn.Linear`s of a model in `RoSALinear` (PEFT's target matching rules).
+* `apply_rosa` wraps the target linear layers of a model (`nn.Linear`, and transformers' `Conv1D` as in GPT-2)
+  in `RoSALinear` (PEFT's target matching rules).
 * `FisherCollector` + `fisher_mask` implement the official "grad-acc" mask (peft-rosa `hooks.py`,
-  `scheduler.py`): for every target layer, hooks record the full-weight gradient G = dOᵀX of each
-  micro-batch; the score is the running mean of G² (empirical diagonal Fisher, option `mean_squared`, the
-  default) or of G (`mean`, scored by |Ḡ|); the mask keeps the top int(d·numel) entries *per layer*.
+  `scheduler.py`): for every target layer, hooks record the full-weight gradient of each micro-batch in the
+  stored layout of the weight (G = dOᵀX for `nn.Linear`, XᵀdO for `Conv1D`); the score is the running mean of G²
+  (empirical diagonal Fisher, option `mean_squared`, the default) or of G (`mean`, scored by |Ḡ|); the mask
+  keeps the top int(d·numel) entries *per layer*.
 * `save_mask` / `load_mask`: the mask as a safetensors file of flat row-major indices per layer.
 """
 
@@ -17,25 +19,29 @@ from typing import Literal
 
 import torch
 from torch import nn
+from transformers.pytorch_utils import Conv1D
 
 from zoo.errors import ZooError
-from zoo.rosa.layer import RoSALinear
+from zoo.rosa.layer import RoSALinear, SDDMMKernel
 
 ALL_LINEAR = "all-linear"
+LINEAR_TYPES = (nn.Linear, Conv1D)  # what PEFT's "all-linear" matches too
 
 
 def find_targets(model: nn.Module, target_modules: str | Iterable[str]) -> list[str]:
-    """Names of the `nn.Linear` modules to adapt, in `named_modules` order (the order PEFT uses).
+    """Names of the linear modules (`nn.Linear` or transformers `Conv1D`) to adapt, in `named_modules` order
+    (the order PEFT uses).
 
     `"all-linear"`: every linear layer except the output head (PEFT's rule). A list: a module matches a
     target when its name equals it or ends with `"." + target` (PEFT's rule); every target must match.
     """
-    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n]
+    linears = [n for n, m in model.named_modules() if isinstance(m, LINEAR_TYPES) and n]
     if target_modules == ALL_LINEAR:
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         names = [n for n in linears if model.get_submodule(n) is not head]
         if not names:
-            raise ZooError("target_modules='all-linear' matched no linear layer in the model")
+            raise ZooError("target_modules='all-linear' matched no nn.Linear or Conv1D layer besides the output "
+                           "head")
         return names
     targets = [target_modules] if isinstance(target_modules, str) else list(target_modules)
     if not targets:
@@ -44,16 +50,18 @@ def find_targets(model: nn.Module, target_modules: str | Iterable[str]) -> list[
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in linears)]
     if missing:
         example = sorted({n.rsplit(".", 1)[-1] for n in linears})
-        raise ZooError(f"target module(s) {missing} match no linear layer of the model (linear layers: {example})")
+        raise ZooError(f"target module(s) {missing} match no nn.Linear or Conv1D layer of the model "
+                       f"(linear layers: {example})")
     return matched
 
 
 def apply_rosa(model: nn.Module, target_modules: str | Iterable[str] = ALL_LINEAR, r: int = 16,
                lora_alpha: float = 16.0, lora_dropout: float = 0.0, density: float = 0.0, quantize: str | None = None,
-               adapter_dtype: torch.dtype = torch.float32) -> dict[str, RoSALinear]:
+               adapter_dtype: torch.dtype = torch.float32, sddmm: SDDMMKernel = "auto") -> dict[str, RoSALinear]:
     """Replace each target linear by a `RoSALinear` (empty support); freeze everything else.
 
-    `quantize="nf4"` first stores the target weights in NF4 with double quantisation (QRoSA).
+    `quantize="nf4"` first stores the target weights in NF4 with double quantisation (QRoSA). `sddmm` is the
+    kernel of the sparse value gradient (`zoo.rosa.layer`; default "auto").
     """
     if r < 0:
         raise ZooError(f"LoRA rank r must be >= 0, got {r}")
@@ -73,7 +81,7 @@ def apply_rosa(model: nn.Module, target_modules: str | Iterable[str] = ALL_LINEA
         elif quantize is not None:
             raise ZooError(f"unknown quantize={quantize!r}; use null or 'nf4'")
         layer = RoSALinear(base, r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, density=density,
-                           adapter_dtype=adapter_dtype)
+                           adapter_dtype=adapter_dtype, sddmm=sddmm)
         setattr(parent, child, layer)
         layers[name] = layer
     return layers
@@ -84,12 +92,14 @@ def rosa_layers(model: nn.Module) -> dict[str, RoSALinear]:
 
 
 class FisherCollector:
-    """Accumulates, per target layer, the micro-batch gradient G = dOᵀX of its frozen weight.
+    """Accumulates, per target layer, the micro-batch gradient G of its frozen weight, in the stored layout
+    (dOᵀX for `nn.Linear`, XᵀdO for `Conv1D`).
 
-    Use as a context manager around forward/backward passes and call `end_microbatch()` after each
-    micro-batch's backward. G is formed from the layer input X (forward hook) and the output gradient dO
-    (tensor hook), so the frozen (even NF4) weight needs no `.grad`; gradients of the trainable adapters
-    are unaffected. The input embeddings are made to require grad so the hooks fire even with r = 0.
+    Use as a context manager around forward/backward passes (or `open()` / `close()`) and call
+    `end_microbatch()` after each micro-batch's backward. G is formed from the layer input X (forward hook) and
+    the output gradient dO (tensor hook), so the frozen (even NF4) weight needs no `.grad`; gradients of the
+    trainable adapters are unaffected. The input embeddings are made to require grad so the hooks fire even
+    with r = 0.
     """
 
     def __init__(self, model: nn.Module, layers: dict[str, RoSALinear],
@@ -109,11 +119,13 @@ class FisherCollector:
                 return
             x = inputs[0].detach()
             self.calls[name] = self.calls.get(name, 0) + 1
+            transposed = module.fan_in_fan_out
 
             def grad_hook(grad_out):
                 acc = torch.float64 if grad_out.dtype == torch.float64 else torch.float32  # fp32 for bf16 runs
                 go = grad_out.reshape(-1, grad_out.shape[-1]).to(acc)
-                g = go.t() @ x.reshape(-1, x.shape[-1]).to(acc)  # dL/dW of this call: (out, in)
+                x2 = x.reshape(-1, x.shape[-1]).to(acc)
+                g = x2.t() @ go if transposed else go.t() @ x2  # dL/dW of this call in W's stored layout
                 if self.calls[name] == 1:  # the usual case: fold at once, no second out×in buffer per layer
                     self._fold(name, g)
                 elif name in self.current:  # a layer called twice per micro-batch: sum G before squaring
@@ -139,7 +151,8 @@ class FisherCollector:
         else:
             total += g
 
-    def __enter__(self) -> FisherCollector:
+    def open(self) -> FisherCollector:
+        """Install the hooks (from now on every forward/backward of the target layers is recorded)."""
         for name, layer in self.layers.items():
             self._handles.append(layer.register_forward_hook(self._forward_hook(name)))
         emb = self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") else None
@@ -147,10 +160,17 @@ class FisherCollector:
             self._handles.append(emb.register_forward_hook(lambda m, i, o: o.requires_grad_(True)))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def close(self) -> None:
+        """Remove the hooks; the collected sums stay."""
         for h in self._handles:
             h.remove()
         self._handles.clear()
+
+    def __enter__(self) -> FisherCollector:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def end_microbatch(self) -> None:
         """Fold this micro-batch's G into the running sum (G² for the empirical Fisher)."""
@@ -167,7 +187,7 @@ class FisherCollector:
         for name in self.layers:
             layer = self.layers[name]
             if name not in self.total:  # layer never reached by the loss: score 0 everywhere
-                self.total[name] = torch.zeros(layer.out_features, layer.in_features)
+                self.total[name] = torch.zeros(layer.weight_shape)
             s = self.total[name] / self.count
             out[name] = s.abs() if self.mode == "mean" else s
         return out
@@ -225,6 +245,7 @@ def load_mask(path: str | Path, layers: dict[str, RoSALinear]) -> dict[str, torc
             raise ZooError(f"RoSA mask file {str(path)!r} does not fit the model: {name!r} has {idx.numel()} "
                            f"entries, the model expects {layers[name].nnz} (density {layers[name].density})")
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= numel):
+            rows, cols = layers[name].weight_shape
             raise ZooError(f"RoSA mask file {str(path)!r} does not fit the model: indices of {name!r} exceed "
-                           f"its {layers[name].out_features}x{layers[name].in_features} weight")
+                           f"its {rows}x{cols} weight")
     return masks

@@ -13,6 +13,15 @@ base model is a Hub name, checkpoints and `save_pretrained` hold the adapters on
 indices and values: tens of MB instead of 13 GB) and the frozen base is re-read from its name; a base built from
 a config dict (random weights: smoke runs, tests) is saved in full. Hence `hub_strict = False`; the adapter
 keys are checked explicitly instead.
+
+The Fisher mask is made by Lightning's own loop (official `RosaScheduler`, schedule `wl64`): when `density > 0`
+and no mask is given, the fit trains the LoRA factors alone for `mask_warmup_steps` optimizer steps, records
+each micro-batch's full-weight gradient during the next `mask_grad_steps` steps (`FisherCollector` hooks on the
+backward passes Lightning runs; under DDP each rank on its own shard, then the scores are averaged through
+`trainer.strategy.reduce`), takes the per-layer top-k and writes `<run dir>/rosa_mask.safetensors`. Then either
+the fit stops (`stop_after_mask`: the paper's first run, official `terminate_after_mask_generation`) and a
+second run trains from the pretrained weights with `mask_path` pointing at that file (the paper's recipe), or
+LoRA + sparse values train on in the same fit (the official one-run schedule).
 """
 
 from __future__ import annotations
@@ -25,14 +34,29 @@ from typing import Any, Literal, Optional, Union
 import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
+from torch.nn.parallel import DistributedDataParallel
+from transformers.pytorch_utils import Conv1D
 
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.lm import build_causal_lm, generate, linear_warmup_decay, load_tokenizer
 from zoo.rosa.gsm8k import STOP_STRINGS, GSM8KExactMatch, extract_answer, is_correct
-from zoo.rosa.mask import ALL_LINEAR, apply_rosa, check_density, find_targets, load_mask, rosa_layers, save_mask
+from zoo.rosa.layer import check_sddmm_kernel
+from zoo.rosa.mask import (
+    ALL_LINEAR,
+    FisherCollector,
+    apply_rosa,
+    check_density,
+    find_targets,
+    fisher_mask,
+    load_mask,
+    rosa_layers,
+    save_mask,
+)
+from zoo.rundir import newest_match
 
 ADAPTER_KEYS = ("lora_A", "lora_B", "sparse_values", "sparse_index", "sparse_ready")
+MASK_FILE = "rosa_mask.safetensors"  # written into the run directory by a fit that generates the mask
 
 
 class CausalLMFinetune(HubMixin, L.LightningModule):
@@ -67,8 +91,9 @@ class CausalLMFinetune(HubMixin, L.LightningModule):
         raise NotImplementedError
 
     def total_steps(self) -> int:
-        trainer = self._trainer
-        return max(1, int(trainer.estimated_stepping_batches)) if trainer is not None else 1
+        """Optimizer steps of the whole fit (the LR schedule's length; a mask run that stops early keeps the
+        full-length schedule, as composer's scheduler does in the official first run)."""
+        return max(1, int(self.trainer.estimated_stepping_batches))
 
     def build_optimizer(self, groups: list[dict[str, Any]], total_steps: int):
         hp = self.hparams
@@ -155,6 +180,11 @@ class RoSAModule(CausalLMFinetune):
         density: float = 0.018,
         quantize: Optional[Literal["nf4"]] = None,
         mask_path: Optional[str] = None,
+        mask_warmup_steps: int = 64,
+        mask_grad_steps: int = 1,
+        fisher_mode: Literal["mean_squared", "mean"] = "mean_squared",
+        stop_after_mask: bool = False,
+        sddmm: Literal["auto", "csr", "gather", "blocked"] = "auto",
         lr: float = 2e-4,
         lora_lr: float = 7e-4,
         weight_decay: float = 0.0,
@@ -174,8 +204,24 @@ class RoSAModule(CausalLMFinetune):
             lora_dropout: dropout on the low-rank branch's input.
             density: fraction d of each target weight that is sparse-adapted (0 = LoRA only, `lora_only`).
             quantize: "nf4" stores the frozen target weights in NF4 with double quantisation (QRoSA).
-            mask_path: a saved mask (safetensors, from a previous run's `rosa_mask.safetensors`); without it the
-                `callbacks.rosa_mask.RoSAMaskWarmup` callback computes the Fisher mask at the start of fit.
+            mask_path: a saved mask (`<run dir>/rosa_mask.safetensors` of a run that generated it; a glob such as
+                `runs/rosa_gsm8k_mask/*/rosa_mask.safetensors` takes its newest match): LoRA + sparse values train
+                with it from step 0 (the paper's second run, official `mask_load_path`). It is read when a fit
+                starts, not at construction: checkpoints and Hub weights hold the mask, so `zoo test`,
+                `from_pretrained` and copies on other machines never need the file. Without it (density > 0) a
+                fit generates the mask itself, through the schedule below.
+            mask_warmup_steps: LoRA-only optimizer steps before the gradients are collected (official schedule
+                `wl64`: 64). With r = 0 there is no LoRA to warm up and collection starts at once (`spa_only`).
+            mask_grad_steps: optimizer steps whose micro-batch gradients form the Fisher scores (official
+                `spa_num_grads`: 1, i.e. 32 micro-batches at the paper's accumulation).
+            fisher_mode: "mean_squared" (running mean of G², the empirical diagonal Fisher; official default) or
+                "mean" (|mean of G|).
+            stop_after_mask: end the fit as soon as the mask is saved (official `terminate_after_mask_generation`:
+                the paper's first run); otherwise LoRA + sparse values train on in the same fit (the official
+                one-run schedule; under DDP this needs `strategy: ddp_find_unused_parameters_true`, since the
+                sparse values take no part in the first steps).
+            sddmm: kernel of the sparse value gradient: "auto" (PyTorch's CSR SDDMM where the build has it, else
+                gather/blocked by density), "csr", "gather" or "blocked" (all exact; see `zoo.rosa.layer`).
             lr: learning rate of the sparse values (paper 2e-4).
             lora_lr: learning rate of the LoRA factors A, B (paper 7e-4, a separate param group).
             weight_decay: AdamW weight decay (paper 0).
@@ -187,21 +233,51 @@ class RoSAModule(CausalLMFinetune):
         super().__init__()
         self.save_hyperparameters()
         check_density(density)
+        check_sddmm_kernel(sddmm)
         if r == 0 and density == 0:
             raise ZooError("r=0 and density=0 leave nothing to train; set r > 0 and/or density in (0, 1)")
+        if mask_warmup_steps < 0 or mask_grad_steps < 1:
+            raise ZooError(f"the RoSA mask schedule needs mask_warmup_steps >= 0 and mask_grad_steps >= 1, got "
+                           f"{mask_warmup_steps} and {mask_grad_steps}")
+        if fisher_mode not in ("mean_squared", "mean"):
+            raise ZooError(f"unknown fisher_mode {fisher_mode!r}; use 'mean_squared' or 'mean'")
+        if mask_path is not None and density == 0:
+            raise ZooError("mask_path is set but density=0 (LoRA only) would ignore it")
+        if stop_after_mask and (density == 0 or mask_path is not None):
+            raise ZooError("stop_after_mask ends a fit that generates the RoSA mask: it needs density > 0 and no "
+                           "mask_path")
         self.model = build_causal_lm(model, torch_dtype=torch_dtype)  # first: a missing base names the model
         self._init_common(model, tokenizer)
         self.layers = apply_rosa(self.model, target_modules, r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                                 density=density, quantize=quantize)
-        if mask_path is not None:
-            if density == 0:
-                raise ZooError("mask_path is set but density=0 (LoRA only) would ignore it")
-            self.set_masks(load_mask(mask_path, self.layers))
+                                 density=density, quantize=quantize, sddmm=sddmm)
+        if stop_after_mask and r > 0:  # a mask run never trains the values; DDP must not wait for their gradients
+            for p in self.sparse_parameters():
+                p.requires_grad_(False)
+        self.fisher: Optional[FisherCollector] = None  # open while this fit collects the gradients of the mask
+        self._collect_until = 0
 
     # --- the mask -----------------------------------------------------------------------------------------
     @property
     def has_mask(self) -> bool:
-        return all(layer._ready for layer in self.layers.values())
+        return all(layer.mask_ready for layer in self.layers.values())
+
+    @property
+    def generates_mask(self) -> bool:
+        """Whether a fit of this module makes the mask (density > 0, no mask_path, no mask from a checkpoint)."""
+        return self.hparams.density > 0 and self.hparams.mask_path is None and not self.has_mask
+
+    def load_mask_file(self) -> Path:
+        """Set the mask saved at `mask_path` (its newest match if it is a glob); returns the file read."""
+        path = newest_match(self.hparams.mask_path, "mask_path", "run the mask stage first (a fit with "
+                            "stop_after_mask: true, e.g. zoo fit --config configs/rosa_gsm8k_mask.yaml)")
+        self.set_masks(load_mask(path, self.layers))
+        rank_zero_info(f"RoSA mask read from {path}")
+        return Path(path)
+
+    @property
+    def mask_warmup(self) -> int:
+        """LoRA-only steps before the collection (none with r = 0: nothing to warm up, as official `spa_only`)."""
+        return self.hparams.mask_warmup_steps if self.hparams.r > 0 else 0
 
     def set_masks(self, masks: dict[str, torch.Tensor]) -> None:
         for name, layer in self.layers.items():
@@ -218,11 +294,10 @@ class RoSAModule(CausalLMFinetune):
             index = state_dict.get(f"model.{name}.sparse_index")
             if index is None:
                 continue
-            numel = layer.in_features * layer.out_features
-            if index.numel() != layer.nnz or (index.numel() and int(index.max()) >= numel):
+            rows, cols = layer.weight_shape
+            if index.numel() != layer.nnz or (index.numel() and int(index.max()) >= rows * cols):
                 raise ZooError(f"the sparse mask of {name!r} in the weights ({index.numel()} entries) does not fit "
-                               f"this model ({layer.out_features}x{layer.in_features} at density "
-                               f"{self.hparams.density}: {layer.nnz} entries)")
+                               f"this model ({rows}x{cols} at density {self.hparams.density}: {layer.nnz} entries)")
         super().prepare_state_dict_load(state_dict)
 
     # --- optimisation -------------------------------------------------------------------------------------
@@ -234,22 +309,84 @@ class RoSAModule(CausalLMFinetune):
         return [layer.sparse_values for layer in self.layers.values() if layer.nnz]
 
     def adapter_state(self) -> dict[str, torch.Tensor]:
-        """A copy of the trainable adapter tensors (to restart from them after the mask warm-up)."""
+        """A copy of the trainable adapter tensors."""
         return {k: v.detach().clone() for k, v in self.state_dict().items() if self.is_adapter_key(k)}
 
     def param_groups(self) -> list[dict[str, Any]]:
         groups = []
         if self.lora_parameters():
             groups.append({"params": self.lora_parameters(), "lr": self.hparams.lora_lr, "name": "lora"})
-        if self.hparams.density > 0:  # allocated now, filled by the mask (see on_fit_start)
-            groups.append({"params": self.sparse_parameters(), "lr": self.hparams.lr, "name": "sparse"})
+        sparse = [p for p in self.sparse_parameters() if p.requires_grad]
+        if sparse:  # allocated at construction; until the mask exists they get no gradient and AdamW skips them
+            groups.append({"params": sparse, "lr": self.hparams.lr, "name": "sparse"})
         return groups
 
+    # --- the mask schedule (Lightning hooks) ----------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        # Before a resumed checkpoint is restored (which then brings its own, identical, mask).
+        if stage == "fit" and self.hparams.mask_path is not None and not self.has_mask:
+            self.load_mask_file()
+
     def on_fit_start(self) -> None:
-        # Runs after the callbacks' on_fit_start, i.e. after RoSAMaskWarmup, and after a resumed checkpoint.
-        if self.hparams.density > 0 and not self.has_mask:
-            raise ZooError("RoSA with density > 0 has no sparse mask: add the callback "
-                           "callbacks.rosa_mask.RoSAMaskWarmup (Fisher mask warm-up) or set model.mask_path")
+        # After a resumed checkpoint is restored and the strategy has wrapped the model.
+        if not self.generates_mask:
+            return
+        hp, trainer = self.hparams, self.trainer
+        needed = self.mask_warmup + hp.mask_grad_steps
+        if trainer.estimated_stepping_batches < needed:
+            raise ZooError(f"this fit has {trainer.estimated_stepping_batches} optimizer steps, but the RoSA mask "
+                           f"needs {needed} (mask_warmup_steps={self.mask_warmup} + mask_grad_steps="
+                           f"{hp.mask_grad_steps}); train longer or pass a mask with mask_path")
+        wrapped = trainer.strategy.model
+        idle = [p for p in self.sparse_parameters() if p.requires_grad]
+        if idle and isinstance(wrapped, DistributedDataParallel) and not wrapped.find_unused_parameters:
+            raise ZooError("generating the RoSA mask inside a DDP training run leaves the sparse values unused for "
+                           "the first steps: use strategy ddp_find_unused_parameters_true, or run the mask stage "
+                           "(stop_after_mask: true) and train with mask_path")
+        then = "stop (mask stage)" if hp.stop_after_mask else "train LoRA + sparse values on"
+        rank_zero_info(f"RoSA mask: {self.mask_warmup} LoRA-only steps, then the Fisher ({hp.fisher_mode}) over "
+                       f"{hp.mask_grad_steps} step(s) of micro-batches, then {then}")
+
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        if self.fisher is None and self.generates_mask and self.trainer.global_step >= self.mask_warmup:
+            self.fisher = FisherCollector(self.model, self.layers, self.hparams.fisher_mode).open()
+            self._collect_until = self.trainer.global_step + self.hparams.mask_grad_steps
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        if self.fisher is None:
+            return
+        self.fisher.end_microbatch()  # this micro-batch's backward (run by Lightning) is done
+        if self.trainer.global_step >= self._collect_until:  # the last collection step has been taken
+            self.finish_mask()
+
+    def on_train_end(self) -> None:
+        if self.fisher is not None:  # stopped before the collection ended (e.g. interrupted): drop the hooks
+            self.fisher.close()
+            self.fisher = None
+
+    def fisher_scores(self, fisher: FisherCollector) -> dict[str, torch.Tensor]:
+        """This fit's Fisher scores per layer; under DDP the ranks' scores (each over its own micro-batches) are
+        averaged through the strategy, so every rank takes the same top-k."""
+        scores = fisher.scores()
+        if self.trainer.world_size > 1:
+            scores = {n: self.trainer.strategy.reduce(s.to(self.device), reduce_op="mean") for n, s in scores.items()}
+        return scores
+
+    def finish_mask(self) -> None:
+        """Top-k of the Fisher scores per layer → the mask: set it, save it into the run dir, stop if asked."""
+        fisher, self.fisher = self.fisher, None
+        fisher.close()
+        masks = fisher_mask(self.fisher_scores(fisher), self.hparams.density)
+        count = fisher.count
+        del fisher  # the per-layer accumulators (one weight-sized fp32 tensor each)
+        self.set_masks(masks)
+        rank_zero_info(f"RoSA mask: Fisher over {count} micro-batches (per rank) after {self.mask_warmup} LoRA steps; "
+                       f"{sum(m.numel() for m in masks.values()):,} sparse entries in {len(masks)} layers")
+        if self.trainer.is_global_zero:
+            path = save_mask(Path(self.trainer.default_root_dir) / MASK_FILE, masks, self.hparams.density)
+            rank_zero_info(f"RoSA mask saved to {path} (train with it: model.init_args.mask_path)")
+        if self.hparams.stop_after_mask:
+            self.trainer.should_stop = True
 
     def on_train_start(self) -> None:
         n_lora = sum(p.numel() for p in self.lora_parameters())
@@ -329,8 +466,10 @@ class LoRABaselineModule(CausalLMFinetune):
         base = build_causal_lm(model, torch_dtype=torch_dtype)
         self._init_common(model, tokenizer)
         targets = find_targets(base, target_modules)  # same matching rules and errors as RoSA
+        # GPT-2's Conv1D stores W as (in, out): PEFT's fan_in_fan_out (PEFT would switch it on with a warning)
+        fan_in_fan_out = any(isinstance(base.get_submodule(n), Conv1D) for n in targets)
         config = LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=targets,
-                            task_type="CAUSAL_LM")
+                            fan_in_fan_out=fan_in_fan_out, task_type="CAUSAL_LM")
         self.model = get_peft_model(base, config)
 
     def param_groups(self) -> list[dict[str, Any]]:

@@ -4,6 +4,8 @@ The official QRoSA loads the model through `BitsAndBytesConfig(load_in_4bit, nf4
 and calls `bnb.functional.dequantize_4bit` in both the forward and the backward pass. We quantise each target
 linear with the same bitsandbytes function (`quantize_4bit`, blocksize 64, `compress_statistics=True`) and keep
 the packed weight and its quantisation state as buffers, so the state dict round-trips through safetensors.
+A transformers `Conv1D` (GPT-2) is quantised in its stored (in, out) layout and keeps that layout
+(`fan_in_fan_out=True`), so RoSA's sparse support indexes the same entries as on the dense layer.
 bitsandbytes >= 0.45 runs these kernels on CPU too, which is what the tests use.
 """
 
@@ -13,6 +15,7 @@ import torch
 from torch import nn
 
 from zoo.errors import ZooError
+from zoo.rosa.layer import SparseFrozenLinear, base_geometry
 
 BLOCKSIZE = 64  # bitsandbytes' default for NF4 (and what transformers' BitsAndBytesConfig uses)
 
@@ -30,23 +33,30 @@ def _bnb():
 
 
 class NF4Linear(nn.Module):
-    """A frozen linear layer whose weight is stored in NF4 (4 bits + double-quantised block scales)."""
+    """A frozen linear layer whose weight is stored in NF4 (4 bits + double-quantised block scales).
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, compute_dtype: torch.dtype):
+    `fan_in_fan_out`: the weight is stored (in, out) and applied as x W + b (a quantised `Conv1D`)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, compute_dtype: torch.dtype,
+                 fan_in_fan_out: bool = False):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.compute_dtype = compute_dtype
+        self.fan_in_fan_out = fan_in_fan_out
         self.register_buffer("weight_nf4", torch.zeros(0, dtype=torch.uint8))
         for buf in _STATE_KEYS.values():
             self.register_buffer(buf, torch.zeros(0))
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=compute_dtype), requires_grad=False) if bias else None
         self._state_cache: tuple | None = None
+        self.register_load_state_dict_pre_hook(_adopt_incoming_shapes)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> NF4Linear:
+    def from_linear(cls, linear: nn.Module) -> NF4Linear:
+        """Quantise an `nn.Linear` or a transformers `Conv1D` (kept in its stored layout)."""
         bnbf = _bnb()
+        n_in, n_out, fan_in_fan_out = base_geometry(linear)
         w = linear.weight.detach()
-        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, w.dtype)
+        layer = cls(n_in, n_out, linear.bias is not None, w.dtype, fan_in_fan_out)
         packed, state = bnbf.quantize_4bit(w.contiguous(), blocksize=BLOCKSIZE, compress_statistics=True,
                                            quant_type="nf4")
         layer.weight_nf4 = packed
@@ -68,25 +78,26 @@ class NF4Linear(nn.Module):
     fresh_weight = True  # frozen_weight() builds a new tensor per call: add_sparse may add into it
 
     def frozen_weight(self) -> torch.Tensor:
-        """dequantize_4bit(W): a fresh dense (out, in) tensor in the compute dtype."""
+        """dequantize_4bit(W): a fresh dense tensor in the stored layout ((out, in), or (in, out) with
+        `fan_in_fan_out`) and the compute dtype."""
         if self.weight_nf4.numel() == 0:
             raise ZooError("NF4Linear has no quantised weight (load a state dict or use from_linear)")
         return _bnb().dequantize_4bit(self.weight_nf4, self._quant_state()).to(self.compute_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # plain (adapter-free) use
-        from zoo.rosa.layer import _SparseFrozenLinear
-
         empty = torch.zeros(0, dtype=self.compute_dtype, device=x.device)
-        return _SparseFrozenLinear.apply(x, empty, empty.new_zeros(0, dtype=torch.int64), self)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # The buffers' shapes depend on the weight; adopt the incoming shapes before the copy.
-        for name in ["weight_nf4", *_STATE_KEYS.values()]:
-            t = state_dict.get(prefix + name)
-            if t is not None:
-                setattr(self, name, torch.empty_like(t, device=getattr(self, name).device))
-        self._state_cache = None
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        return SparseFrozenLinear.apply(x, empty, empty.new_zeros(0, dtype=torch.int64), self)
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features}, nf4 (double quant), compute={self.compute_dtype}"
+        return (f"in={self.in_features}, out={self.out_features}, nf4 (double quant), compute={self.compute_dtype}"
+                f"{', fan_in_fan_out' if self.fan_in_fan_out else ''}")
+
+
+def _adopt_incoming_shapes(module: NF4Linear, state_dict, prefix, *args) -> None:
+    """Load-state-dict pre hook: the buffers' shapes depend on the weight, so adopt the incoming shapes before
+    the copy (and drop the cached quantisation state)."""
+    for name in ["weight_nf4", *_STATE_KEYS.values()]:
+        t = state_dict.get(prefix + name)
+        if t is not None:
+            setattr(module, name, torch.empty_like(t, device=getattr(module, name).device))
+    module._state_cache = None
