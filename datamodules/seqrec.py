@@ -115,17 +115,18 @@ def read_amazon(path: Path, columns: str | None = None) -> tuple[Rows, str]:
     stream, compression = open_text(path)
     with stream:
         try:
-            first = ""
+            first, skipped = "", 0
             for first in stream:
                 if first.strip():
                     break
+                skipped += 1
             if not first.strip():
                 raise ZooError(f"{path} is empty")
             rest = itertools.chain([first], stream)
             if first.lstrip().startswith("{"):
                 if columns:
                     raise ZooError(f"{path} is JSON lines (keys name the fields): remove data.init_args.columns")
-                rows, fmt = _amazon_jsonl(path, rest)
+                rows, fmt = _amazon_jsonl(path, rest, 1 + skipped)
             else:
                 rows, fmt = _amazon_csv(path, rest, columns)
         except UnicodeDecodeError as e:
@@ -136,9 +137,9 @@ def read_amazon(path: Path, columns: str | None = None) -> tuple[Rows, str]:
     return rows, f"amazon {fmt}, {compression}"
 
 
-def _amazon_jsonl(path: Path, lines) -> tuple[Rows, str]:
+def _amazon_jsonl(path: Path, lines, first_line: int = 1) -> tuple[Rows, str]:
     rows, keys = [], None
-    for k, line in enumerate(lines, 1):
+    for k, line in enumerate(lines, first_line):
         if not line.strip():
             continue
         try:
