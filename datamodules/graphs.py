@@ -70,6 +70,8 @@ def _read_hdf5_sparse(path: Path, key: str):
 def read_mat(path: str | Path, key: str = "A"):
     """The adjacency under ``key`` of a MATLAB file (v5/v7 through scipy, v7.3 through h5py)."""
     path = Path(path)
+    if not path.is_file():
+        raise ZooError(f"graph file {path} does not exist; {GET_SMALLGRAPHS}")
     try:
         d = sio.loadmat(path)
     except NotImplementedError:  # v7.3 is HDF5
