@@ -54,8 +54,7 @@ PAPERS: dict[str, Paper] = {
             status="implemented",
             modules=("zoo.rosa.RoSAModule", "zoo.rosa.LoRABaselineModule"),
             datamodules=("datamodules.gsm8k.GSM8KDataModule",),
-            callbacks=("callbacks.rosa_mask.RoSAMaskWarmup",),
-            configs=("rosa_gsm8k", "qrosa_gsm8k", "lora_gsm8k"),
+            configs=("rosa_gsm8k_mask", "rosa_gsm8k", "qrosa_gsm8k_mask", "qrosa_gsm8k", "lora_gsm8k"),
         ),
         Paper(
             "dpformer",
