@@ -51,7 +51,15 @@ def build(method: str, vocab: int, seq: int, batch: int, d: int, device: str = "
     import torch
 
     from zoo.dp import PerSampleClipper
-    from zoo.dpformer.model import PerSampleLoss, SASRec
+    from zoo.dpformer.model import SASRec
+
+    class PerSampleLoss(torch.nn.Module):  # the per-sequence losses as a module, what Opacus' wrappers take
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, seq, target):
+            return self.m.per_sample_loss(seq, target)
 
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)

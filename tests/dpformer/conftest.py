@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-
 from torch.func import functional_call, grad, vmap
 
-from zoo.dpformer.model import PerSampleLoss, SASRec
+from sasrec_oracles import PerSampleLoss
+from zoo.dpformer.model import SASRec
 
 
 def make_model(num_items=30, max_len=8, re_attention=False, seed=0, dtype=torch.float64):

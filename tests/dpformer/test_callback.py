@@ -10,7 +10,7 @@ from torch.func import functional_call, grad, vmap
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks.dp_clipping import DPClipping
-from zoo.dpformer.model import PerSampleLoss
+from sasrec_oracles import PerSampleLoss
 from zoo.errors import ZooError
 
 N = 24

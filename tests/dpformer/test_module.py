@@ -47,3 +47,24 @@ def test_non_private_training_with_plain_loader(tmp_path):
     trainer.fit(module, datamodule=_dm(poisson=False))
     res = trainer.test(module, datamodule=_dm(poisson=False), verbose=False)[0]
     assert 0 <= res["test/ndcg10"] <= res["test/hr10"] <= 1
+
+
+def test_best_checkpoint_follows_a_configured_top_k():
+    """The best checkpoint monitors NDCG at the configured cut-off (it was hard-coded to val/ndcg10, so any other
+    top_k broke checkpointing once validation ran)."""
+    from zoo.dpformer import DPSASRecModule
+
+    assert DPSASRecModule(num_items=20, top_k=10).monitor == "val/ndcg10"
+    assert DPSASRecModule(num_items=20, top_k=5).monitor == "val/ndcg5"
+
+
+def test_smoke_fit_with_top_k_5_keeps_a_best_checkpoint(in_tmp):
+    from pathlib import Path
+
+    from zoo.cli import main
+    from zoo.registry import PAPERS
+
+    cfg = PAPERS["dpformer"].config_path("dpformer_movielens", smoke=True)
+    assert main(["fit", "--config", str(cfg), "--wandb_mode", "disabled", "--model.init_args.top_k", "5"]) == 0
+    (run,) = Path("runs", "dpformer_movielens").iterdir()
+    assert list((run / "checkpoints").glob("best-*.ckpt")), "no best checkpoint by val/ndcg5"

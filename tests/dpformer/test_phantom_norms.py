@@ -9,7 +9,7 @@ from opacus import GradSampleModule
 
 from zoo.dp import PerSampleClipper
 from zoo.dp.norms import contributions, inner
-from zoo.dpformer.model import PerSampleLoss
+from sasrec_oracles import PerSampleLoss
 from zoo.errors import ZooError
 
 

@@ -32,9 +32,9 @@ def trainable_modules(model: nn.Module, mode: Mode) -> list[nn.Module]:
     if mode not in ("phantom", "ghost", "per_sample"):
         raise ZooError(f"DP clipping mode must be phantom, ghost or per_sample, got {mode!r}")
     if mode == "per_sample":
-        from zoo.dp.norms import _opacus_grad_samplers
+        from zoo.dp.opacus_samplers import grad_samplers
 
-        supported = tuple(_opacus_grad_samplers())
+        supported = tuple(grad_samplers())
     else:
         supported = GHOST_TYPES
     mods, owners = [], {}

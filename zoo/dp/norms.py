@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.dp.capture import Record
+from zoo.dp.opacus_samplers import grad_samplers
 
 NORM_TYPES = (nn.LayerNorm, nn.RMSNorm)
 GHOST_TYPES = (nn.Linear, nn.Embedding, *NORM_TYPES)
@@ -33,12 +34,6 @@ class Contribution:
     g: torch.Tensor  # linear: (B,T,o); embedding: (B,T,d); dense: (B, *param.shape)
     a: torch.Tensor | None = None  # linear: inputs (B,T,i); embedding: ids (B,T)
     shape: tuple = ()  # the parameter's shape
-
-
-def _opacus_grad_samplers() -> dict:
-    from opacus import GradSampleModule
-
-    return GradSampleModule.GRAD_SAMPLERS
 
 
 def contributions(records: list[Record], mode: str, scale: float = 1.0) -> dict[nn.Parameter, list]:
@@ -68,7 +63,7 @@ def contributions(records: list[Record], mode: str, scale: float = 1.0) -> dict[
                 g = g * (ids != m.padding_idx).unsqueeze(-1).to(g.dtype)
         if mode == "per_sample":
             inputs = rec.inputs if not isinstance(m, nn.Embedding) else [ids]
-            for p, gs in _opacus_grad_samplers()[type(m)](m, inputs, g).items():
+            for p, gs in grad_samplers()[type(m)](m, inputs, g).items():
                 add(p, Contribution("dense", gs.to(g.dtype), shape=tuple(p.shape)))
             continue
         if isinstance(m, nn.Linear):

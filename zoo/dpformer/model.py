@@ -147,15 +147,3 @@ class SASRec(nn.Module):
         valid = targets != 0
         nll = torch.where(valid, -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), 0.0)
         return nll.sum(-1) / valid.sum(-1).clamp_min(1)
-
-
-class PerSampleLoss(nn.Module):
-    """`forward(seq, target)` returns the per-sequence losses of a SASRec: the module form that Opacus'
-    GradSampleModule and `torch.func` per-sample gradients wrap (used by the oracles and the benchmark)."""
-
-    def __init__(self, model: SASRec):
-        super().__init__()
-        self.m = model
-
-    def forward(self, seq: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return self.m.per_sample_loss(seq, target)

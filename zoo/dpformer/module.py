@@ -31,7 +31,6 @@ def rank_metrics(scores: torch.Tensor, target: torch.Tensor, k: int = 10) -> tup
 
 
 class DPSASRecModule(HubMixin, pl.LightningModule):
-    monitor = "val/ndcg10"
     monitor_mode = "max"
 
     def __init__(
@@ -64,6 +63,11 @@ class DPSASRecModule(HubMixin, pl.LightningModule):
         self.item_frequency: torch.Tensor | None = None
         if num_items is not None:
             self._build(num_items)
+
+    @property
+    def monitor(self) -> str:
+        """The metric the best checkpoint keeps: NDCG at the configured cut-off (val/ndcg10 for top_k 10)."""
+        return f"val/ndcg{self.hparams.top_k}"
 
     def _build(self, num_items: int) -> None:
         hp = self.hparams
