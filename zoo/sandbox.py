@@ -1,84 +1,868 @@
-"""Run untrusted Python (model-written code) in a contained child process.
+"""Run untrusted Python (model-written code) in contained child processes.
 
-One sandbox for the whole zoo (CRUXEval, and any later paper that executes generated code).
+One sandbox for the whole zoo (CRUXEval now, ReGAL and any later paper that executes generated code).
 
     with Sandbox(workers=2, cpu_seconds=3, memory_mb=512, wall_timeout=5) as sb:
-        v = sb.run("assert 1 + 1 == 2")          # Verdict(passed=True, status="passed", ...)
-        vs = sb.map(["print(1)", "while True: pass"])
+        v = sb.run("assert 1 + 1 == 2")                    # Verdict(passed=True, status="passed", ...)
+        vs = sb.map(["print(1)", "while True: pass"])       # in input order
+        v = sb.run("def f(x):\n    return 2 * x", result="f(21)")
+        v.value                                             # 42: data the *parent* parsed, see below
 
-Architecture (why it is fast *and* per-sample clean): each worker is a pre-warmed Python process (a
-"zygote", this file run as a script with ``python -I``) started with an empty environment. At start-up
-the zygote enters its own network, mount and PID namespaces (``unshare(2)`` through ctypes; Python 3.11
-has no ``os.unshare``; plus a user namespace when not root). For every sample it ``fork()``s a fresh
-child, so nothing the sample does to interpreter state survives into the next one; the child gets a new
-session (process group), a fresh private working directory, rlimits and (when the zygote is root) the
-unprivileged uid ``nobody``, then ``exec``s the code. The zygote enforces the wall-clock timeout (SIGKILL
-to the child's whole process group) and the output cap, wipes every writable directory, and reports a
-:class:`Verdict`. A zygote that dies is replaced.
+**Results a caller can trust.** A sample runs in its own process, so everything decided inside that process
+is the program's own account: ``status`` (``passed`` = "the program's process reported reaching its end") can
+be faked by a hostile program, e.g. by writing the runner's report itself and exiting. What a program cannot
+do is make the parent misjudge *data*:
 
-What is contained (kernel facilities, not Python monkeypatching):
+* ``run(code, result=EXPR)`` evaluates ``EXPR`` in the program's globals after ``code`` ran and sends
+  ``repr(value)`` to the parent over a pipe of its own (not stdout/stderr, capped at ``max_value_bytes``).
+  The parent parses that text with :func:`ast.literal_eval` into plain data (``Verdict.value``; numbers,
+  strings, bytes, tuples, lists, dicts, sets, booleans, None): never unpickled, never executed. A program
+  that writes the pipe itself only chooses *which* data the parent gets, i.e. gives another answer.
+* ``Verdict.stdout``/``stderr`` are exactly what the program wrote (capped); parse them as data.
 
-* CPU time (RLIMIT_CPU, hard limit = SIGKILL), address space (RLIMIT_AS), file size (RLIMIT_FSIZE),
-  open files (RLIMIT_NOFILE), core dumps off, **no new processes or threads** (RLIMIT_NPROC = 0; the
-  kernel ignores it for root, hence the switch to uid ``nobody`` when running as root).
-* Wall clock: SIGKILL to the process group, which the sample cannot catch, block or ignore.
-* Network: a fresh network namespace has only a down loopback device, so no connection to anything,
-  not even to the host's 127.0.0.1 services.
-* Processes: a PID namespace per worker, so a sample sees and can signal nothing outside it.
-* Privileges: the sample holds no capabilities and runs with no_new_privs (exec of a setuid binary gains
-  nothing); the zygote is non-dumpable, so a sample cannot ptrace it.
-* Filesystem: inside the mount namespace the whole tree is re-mounted read-only (``mount_setattr``,
-  Linux >= 5.12) and ``/tmp``, ``/var/tmp``, ``/dev/shm`` are private size-capped tmpfs that are emptied
-  after every sample; ``/proc`` (other processes' environments and command lines) and home directories
-  are hidden behind empty tmpfs (the Python installation is bind-mounted back, read-only, if it lives there).
-* Environment: the zygote starts with a minimal environment (PATH, LANG, HOME=/tmp), no inherited
-  variables, no inherited file descriptors; stdout/stderr are captured and capped.
+So decide pass/fail in the parent: compare ``v.value`` (or parsed stdout) with the expected value there, or
+run only trusted code (e.g. a benchmark's own function on plain-data arguments) when the status itself must
+be believed. ``zoo.cruxeval.scoring`` does both; ReGAL-style checks (LOGO traces, Date answers) would return
+the trace or answer as ``result`` and compare it in the parent.
 
-What is *not* contained: the sample can read world-readable files outside the hidden paths (read-only);
-it shares the kernel with the host (no seccomp filter); the verdict is decided inside the sample's own
-process (a program that deliberately inspects the runner's frames can forge a pass: containment, not
-scoring integrity, is the boundary). Without namespaces (e.g. a container that forbids ``unshare``) the
-sandbox falls back to rlimits + process-group kill + clean environment + private temp dir and says so in
-:attr:`Sandbox.isolation`; then network, filesystem writes (beyond file permissions) and, when not root,
-signals to the same user's processes and their ``/proc/<pid>/environ`` are *not* contained. (As root
-without namespaces, a Python installed in a private directory such as /root/.pyenv is unreadable to
-``nobody``: only modules the zygote preloaded can be imported.)
-Only Linux is supported.
+**Architecture (fast and per-sample clean).** Each worker is a pre-warmed "zygote": this file run as a
+script by ``python -I -S -B`` (isolated, no ``site`` .pth hooks; the site-packages directories are added to
+``sys.path`` by hand) with a minimal environment and few modules (every module it holds makes each fork
+dearer: threading and random alone double the cost of a fork). At start-up the zygote forks a helper that
+enters fresh user, mount, network, IPC and PID namespaces, while the zygote, still outside, writes the
+helper's uid/gid maps (a namespace per worker: per-user kernel limits are counted per namespace, so
+sandboxes never share them); the helper builds a fresh root filesystem and forks the zygote loop as PID 1
+of the new PID namespace. For every sample that loop ``fork()``s a child, which gets a new session, rlimits,
+the unprivileged uid ``nobody`` (mapped in the worker's own namespace when the zygote is root; otherwise the
+caller's uid with every capability dropped), a seccomp filter, and then ``exec``s the code. The loop
+enforces the wall-clock timeout (SIGKILL) and the output caps, reaps the child and, when the sample left
+anything in a scratch directory, replaces that tmpfs by a fresh one (nothing a sample leaves can defeat
+that). A worker whose harness fails for any reason is replaced and its sample re-run once on a fresh one.
+
+**Containment** (kernel facilities, not Python monkeypatching), with namespaces and seccomp available:
+
+===========================  ===============================================================================
+contained                    how
+===========================  ===============================================================================
+CPU, memory, files           RLIMIT_CPU (hard = SIGKILL), RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE, no cores;
+                             scratch tmpfs capped in size and inodes; memfd_create, SysV shm denied
+wall clock, output           SIGKILL after ``wall_timeout``; stdout+stderr and the result pipe capped
+processes and threads        seccomp (clone/fork/vfork/clone3 fail) and RLIMIT_NPROC = 0, counted in the
+                             worker's own user namespace (independent of other sandboxes on the machine)
+network                      own network namespace (only a down loopback): no TCP/UDP to anything
+Unix sockets                 fresh root (no host socket paths visible) and seccomp: ``socket(AF_UNIX)`` and
+                             ``socketpair`` fail; abstract sockets are per network namespace
+IPC between samples/host     own IPC namespace per worker; SysV shm/sem/msg and POSIX mqueues denied
+files                        fresh root: only /usr, /bin, /sbin, /lib*, /etc, the Python installation(s),
+                             ``expose`` paths (all read-only), a few /dev nodes, private scratch tmpfs
+                             (/tmp, /var/tmp, /dev/shm) replaced after a sample that wrote there
+other processes              own PID namespace; /proc and /sys absent; the zygote is PID 1 (immune to
+                             signals from inside), non-dumpable, and ptrace/process_vm/prlimit on other
+                             processes are denied
+privileges                   no capabilities, no_new_privs (setuid binaries gain nothing), no new
+                             namespaces, mounts, keyrings, bpf, perf, userfaultfd or io_uring
+environment                  minimal environment, no inherited file descriptors
+===========================  ===============================================================================
+
+Not contained: a sample reads the world-readable files of the visible system directories (/usr, /etc:
+e.g. /etc/passwd) and of the Python installation including its site-packages; the project's own source,
+data and home directories are *not* visible (unless the interpreter lives inside them: then that
+installation directory, read-only). It shares the host kernel (seccomp narrows, but does not remove, the
+kernel attack surface) and can spend its CPU/memory limits. Without user namespaces, as root, the sample
+runs as the host's ``nobody`` (per-user kernel counters then shared with other ``nobody`` processes;
+RLIMIT_NPROC still stops forks, set after the uid switch so exec keeps working). Without namespaces at all
+(a container that forbids ``unshare``, or ``isolate=False``) the sandbox falls back to rlimits + seccomp +
+process-group kill + clean environment + private scratch directory and says so in :attr:`Sandbox.isolation`:
+network, the filesystem (beyond file permissions) and, when not root, signals to the same user's
+processes are then *not* contained. Seccomp needs x86_64 or aarch64 (else ``isolation["seccomp"]`` is False
+and per-sample IPC namespaces stand in for the IPC rules). Only Linux is supported.
 """
 
 from __future__ import annotations
 
 import builtins
-import json
+import errno
+import gc
+import marshal
 import os
 import resource
 import select
-import shutil
 import signal
 import struct
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-import traceback
-from dataclasses import asdict, dataclass
-from queue import SimpleQueue
-from typing import Any, Iterable
-
-__all__ = ["Sandbox", "Verdict"]
 
 NOBODY = 65534
+
+
+# Parent <-> zygote protocol: length-prefixed marshal of plain values (both ends are this file's trusted code;
+# samples never hold these pipes). marshal is built in: the zygote imports nothing for it.
+def _send(fd: int, obj) -> None:
+    data = marshal.dumps(obj)
+    view = memoryview(struct.pack("<Q", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _recv_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv(fd: int, deadline: float | None = None):
+    head = _recv_exact(fd, 8, deadline)
+    if head is None:
+        return None
+    body = _recv_exact(fd, struct.unpack("<Q", head)[0], deadline)
+    return None if body is None else marshal.loads(body)
+
+
+# --------------------------------------------------------------------------------------------------
+# Zygote side: this file executed as a script (stdlib only, nothing from the zoo package, few modules)
+# --------------------------------------------------------------------------------------------------
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (0x00020000, 0x08000000, 0x10000000,
+                                                                        0x20000000, 0x40000000)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 0x4000, 1 << 18
+MNT_DETACH, AT_FDCWD, AT_RECURSIVE = 2, -100, 0x8000
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 38
+SECCOMP_MODE_FILTER = 2
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+# syscall numbers: (x86_64, aarch64); None where the architecture has no such call
+_SYSCALLS = {"mount_setattr": (442, 442), "pivot_root": (155, 41)}
+_AUDIT_ARCH = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}
+
+# What the seccomp filter refuses, and with which errno: syscall -> (errno, x86_64 nr, aarch64 nr).
+SECCOMP_DENY = {
+    # no new processes or threads (RLIMIT_NPROC = 0 as well); ENOSYS for clone3 makes libc fall back to clone
+    "clone": (errno.EAGAIN, 56, 220), "fork": (errno.EAGAIN, 57, None), "vfork": (errno.EAGAIN, 58, None),
+    "clone3": (errno.ENOSYS, 435, 435),
+    # no namespaces, mounts or root changes (a sample could otherwise mount an unbounded tmpfs of its own)
+    "unshare": (errno.EPERM, 272, 97), "setns": (errno.EPERM, 308, 268), "mount": (errno.EPERM, 165, 40),
+    "umount2": (errno.EPERM, 166, 39), "pivot_root": (errno.EPERM, 155, 41), "chroot": (errno.EPERM, 161, 51),
+    "open_tree": (errno.EPERM, 428, 428), "move_mount": (errno.EPERM, 429, 429),
+    "fsopen": (errno.EPERM, 430, 430), "fsconfig": (errno.EPERM, 431, 431), "fsmount": (errno.EPERM, 432, 432),
+    "fspick": (errno.EPERM, 433, 433), "mount_setattr": (errno.EPERM, 442, 442),
+    # no access to other processes' memory
+    "ptrace": (errno.EPERM, 101, 117), "process_vm_readv": (errno.EPERM, 310, 270),
+    "process_vm_writev": (errno.EPERM, 311, 271), "kcmp": (errno.EPERM, 312, 272),
+    "pidfd_getfd": (errno.EPERM, 438, 438),
+    # no System V IPC or POSIX message queues: a channel between samples, and memory outside RLIMIT_AS
+    "shmget": (errno.EPERM, 29, 194), "shmat": (errno.EPERM, 30, 196), "shmctl": (errno.EPERM, 31, 195),
+    "shmdt": (errno.EPERM, 67, 197), "semget": (errno.EPERM, 64, 190), "semop": (errno.EPERM, 65, 193),
+    "semctl": (errno.EPERM, 66, 191), "semtimedop": (errno.EPERM, 220, 192), "msgget": (errno.EPERM, 68, 186),
+    "msgsnd": (errno.EPERM, 69, 189), "msgrcv": (errno.EPERM, 70, 188), "msgctl": (errno.EPERM, 71, 187),
+    "mq_open": (errno.EPERM, 240, 180), "mq_unlink": (errno.EPERM, 241, 181),
+    "mq_timedsend": (errno.EPERM, 242, 182), "mq_timedreceive": (errno.EPERM, 243, 183),
+    "mq_notify": (errno.EPERM, 244, 184), "mq_getsetattr": (errno.EPERM, 245, 185),
+    "memfd_create": (errno.EPERM, 319, 279),
+    # a Unix datagram pair can sendto() any socket path; socket(AF_UNIX, ...) is refused below
+    "socketpair": (errno.EACCES, 53, 199),
+    # kernel interfaces samples never need (io_uring would also bypass this filter)
+    "io_uring_setup": (errno.ENOSYS, 425, 425), "io_uring_enter": (errno.ENOSYS, 426, 426),
+    "io_uring_register": (errno.ENOSYS, 427, 427), "bpf": (errno.EPERM, 321, 280),
+    "perf_event_open": (errno.EPERM, 298, 241), "userfaultfd": (errno.EPERM, 323, 282),
+    "keyctl": (errno.EPERM, 250, 219), "add_key": (errno.EPERM, 248, 217), "request_key": (errno.EPERM, 249, 218),
+    "personality": (errno.EPERM, 135, 92),
+}
+# Rules on the first argument (a pid): (x86_64 nr, aarch64 nr, value, refuse when equal / refuse unless equal).
+# The zygote may run as the sample's own uid (sandbox not started as root): no changing other processes'
+# limits or CPU placement (pid 0 = the sample itself), and no signals to the zygote, PID 1 of the namespace
+# (the kernel would drop them anyway; refusing makes the verdict the same in every mode).
+SECCOMP_ARG0 = {"prlimit64": (302, 261, 0, False), "sched_setaffinity": (203, 122, 0, False),
+                "kill": (62, 129, 1, True), "tkill": (200, 130, 1, True), "tgkill": (234, 131, 1, True)}
+SOCKET_NR = (41, 198)
+
+
+def _libc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    return libc
+
+
+def _errno_msg(what: str) -> str:
+    import ctypes
+
+    return f"{what}: {os.strerror(ctypes.get_errno())}"
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise OSError(_errno_msg(what))
+
+
+# The zygote itself runs under the filter (installed once; samples inherit it, so no sample pays for compiling
+# it), minus what the zygote needs: fork for every sample, mounts for fresh scratch tmpfs. Samples cannot use
+# those: RLIMIT_NPROC = 0 stops clone/fork/threads, and mounting needs a capability they do not hold.
+ZYGOTE_NEEDS = ("clone", "mount", "umount2")
+
+
+def _seccomp_program():
+    """The BPF filter (classic BPF over ``struct seccomp_data``) or None when this architecture has no table."""
+    import ctypes
+
+    col, arch = _AUDIT_ARCH.get(os.uname().machine, (None, None))
+    if col is None:
+        return None
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, kill, err = 0x7FFF0000, 0x80000000, 0x00050000  # SECCOMP_RET_ALLOW, _KILL_PROCESS, _ERRNO
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]  # wrong ABI: kill
+    if col == 0:
+        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, kill)]  # x32 syscall numbers on x86_64
+    for name, (code, *nrs) in SECCOMP_DENY.items():
+        if nrs[col] is not None and name not in ZYGOTE_NEEDS:
+            prog += [(jeq, 0, 1, nrs[col]), (ret, 0, 0, err | code)]
+    for *nrs, value, refuse_equal in SECCOMP_ARG0.values():  # nr matches: load the pid argument, compare
+        prog += [(jeq, 0, 4, nrs[col]), (ld, 0, 0, 16), (jeq, 0, 1, value) if refuse_equal else (jeq, 1, 0, value),
+                 (ret, 0, 0, err | errno.EPERM), (ret, 0, 0, allow)]
+    prog += [(jeq, 0, 3, SOCKET_NR[col]), (ld, 0, 0, 16), (jeq, 0, 1, 1),  # socket(AF_UNIX = 1, ...)
+             (ret, 0, 0, err | errno.EACCES), (ret, 0, 0, allow)]
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    filters = (SockFilter * len(prog))(*prog)
+    fprog = SockFprog(len(prog), filters)
+    fprog._keep = filters
+    return fprog
+
+
+def _drop_capabilities(libc) -> None:
+    """No capabilities left (in a user namespace the zygote holds all of them, e.g. to mount)."""
+    import ctypes
+
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    _check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")
+
+
+class _WorkerState:
+    """Per-worker facts the sample setup needs (decided once at start-up)."""
+
+    pid_namespace = False
+    sample_ids: tuple[int, int] | None = None  # (uid, gid) to switch to
+    setgroups = False
+    drop_caps = False
+    ipc_per_sample = False
+    scratch: tuple[str, ...] = ()
+    fresh_root = False
+    baseline: dict = {}
+
+
+def _write_id_maps(pid: int, root: bool) -> None:
+    """Run in the host's user namespace: map the helper's ids (root: 0 and nobody; else the caller's own)."""
+    if root:
+        maps = {"uid_map": f"0 0 1\n{NOBODY} {NOBODY} 1\n", "gid_map": f"0 0 1\n{NOBODY} {NOBODY} 1\n"}
+    else:
+        with open(f"/proc/{pid}/setgroups", "w") as fh:
+            fh.write("deny")
+        maps = {"uid_map": f"{os.getuid()} {os.getuid()} 1\n", "gid_map": f"{os.getgid()} {os.getgid()} 1\n"}
+    for name, text in maps.items():
+        with open(f"/proc/{pid}/{name}", "w") as fh:
+            fh.write(text)
+
+
+def _enter_namespaces(libc, iso: dict, w: _WorkerState, proto: tuple[int, int]) -> bool:
+    """Fork a helper that unshares user (when possible), mount, network, IPC and PID namespaces; this process
+    writes the helper's id maps from outside and then only waits for it. Returns True in the helper."""
+    root = os.geteuid() == 0
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID
+    for user in ((True, False) if root else (True,)):
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # helper
+            os.close(ready_r)
+            os.close(go_w)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            ok = libc.unshare(flags | (CLONE_NEWUSER if user else 0)) == 0
+            os.write(ready_w, b"ok" if ok else _errno_msg("unshare").encode())
+            if not ok or os.read(go_r, 256) != b"go":
+                os._exit(0)
+            os.close(ready_w)
+            os.close(go_r)
+            w.sample_ids = (NOBODY, NOBODY) if root else None
+            w.setgroups = root
+            w.drop_caps = not root
+            iso.update(network=True, ipc_namespace=True, user_namespace=user, uid_switch=root,
+                       sample_uid=NOBODY if root else os.getuid())
+            return True
+        os.close(ready_w)
+        os.close(go_r)
+        said = os.read(ready_r, 256)
+        os.close(ready_r)
+        reply = b"go"
+        if said != b"ok":
+            iso["notes"].append(f"unshare({'user|' if user else ''}mount|net|ipc|pid) failed: {said.decode()}")
+            reply = b"no"
+        elif user:
+            try:
+                _write_id_maps(pid, root)
+            except OSError as e:
+                iso["notes"].append(f"writing the user namespace's id maps failed: {e}")
+                reply = b"no"
+        if reply == b"go":
+            for fd in proto:  # the helper owns the protocol now
+                os.close(fd)
+        os.write(go_w, reply)
+        os.close(go_w)
+        _, status = os.waitpid(pid, 0)
+        if reply == b"go":
+            os._exit(max(0, os.waitstatus_to_exitcode(status)))
+    if libc.unshare(CLONE_NEWNET) == 0:  # still no network, e.g. root in a container without mount rights
+        iso["network"] = True
+    return False
+
+
+def _bind(libc, source_fd: int, target: str, ro_flags: int, iso: dict) -> None:
+    import ctypes
+
+    _check(libc.mount(f"/proc/self/fd/{source_fd}".encode(), target.encode(), None, MS_BIND | MS_REC, None),
+           f"bind-mounting {target}")
+    attr = (ctypes.c_uint64 * 4)(ro_flags, 0, 0, 0)
+    nr = _SYSCALLS["mount_setattr"][_AUDIT_ARCH.get(os.uname().machine, (0,))[0]]
+    if libc.syscall(nr, AT_FDCWD, target.encode(), AT_RECURSIVE, attr, ctypes.sizeof(attr)) != 0:
+        # Linux < 5.12: remount the top mount only (mounts below it stay as they were)
+        _check(libc.mount(None, target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None),
+               f"remounting {target} read-only")
+        if "mount_setattr" not in " ".join(iso["notes"]):
+            iso["notes"].append("no mount_setattr (Linux < 5.12): mounts nested below visible dirs stay writable")
+
+
+def _scratch_options(tmpfs_mb: int) -> bytes:
+    # nr_inodes bounds the kernel memory a sample can pin in inodes (not counted in size=)
+    return f"size={tmpfs_mb}m,nr_inodes={max(4096, 256 * tmpfs_mb)},mode=1777".encode()
+
+
+def _fresh_root(libc, lim: dict, iso: dict, w: _WorkerState) -> None:
+    """Build a root with only the system directories, the interpreter and ``expose`` (read-only), a few
+    devices and private scratch tmpfs, and pivot into it. Runs in the helper (own mount namespace)."""
+    _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making mounts private")
+    real = os.path.realpath
+    trees = [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    links = [(d, os.readlink(d)) for d in SYSTEM_DIRS if os.path.islink(d)]
+    wanted = {real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                                os.path.dirname(real(sys.executable)), *lim["site_paths"], *lim["expose"])
+              if p and os.path.exists(p)}
+    inside = lambda p, d: p == d or p.startswith(d.rstrip("/") + "/")  # noqa: E731
+    extra = sorted(p for p in wanted if not any(inside(p, d) for d in trees)
+                   and not any(q != p and inside(p, q) for q in wanted))
+    # Handles on everything to expose, taken before anything is covered (the stage hides the host's /tmp).
+    fds = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in trees + extra}
+    devs = {d: os.open(f"/dev/{d}", os.O_PATH | os.O_CLOEXEC) for d in DEVICES if os.path.exists(f"/dev/{d}")}
+    stage, pivoted = "/tmp", False
+    try:
+        _check(libc.mount(b"tmpfs", stage.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755"),
+               "mounting the new root")
+        ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+        for p in trees + extra:
+            if os.path.isdir(p):
+                os.makedirs(stage + p, mode=0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(stage + p), mode=0o755, exist_ok=True)
+                os.close(os.open(stage + p, os.O_CREAT | os.O_WRONLY, 0o644))
+            _bind(libc, fds[p], stage + p, ro, iso)
+        for d, target in links:
+            os.symlink(target, stage + d)
+        os.makedirs(stage + "/dev", mode=0o755)
+        _check(libc.mount(b"tmpfs", (stage + "/dev").encode(), b"tmpfs", MS_NOSUID, b"size=64k,mode=755"),
+               "mounting /dev")
+        for d, fd in devs.items():
+            os.close(os.open(f"{stage}/dev/{d}", os.O_CREAT | os.O_WRONLY, 0o666))
+            _bind(libc, fd, f"{stage}/dev/{d}", MOUNT_ATTR_NOSUID, iso)
+        scratch = []
+        for d in SCRATCH_DIRS:
+            if any(inside(p, d) for p in extra):  # the interpreter lives there: keep it read-only
+                iso["notes"].append(f"{d} holds the Python installation: read-only, not a scratch directory")
+                continue
+            os.makedirs(stage + d, mode=0o755, exist_ok=True)
+            _check(libc.mount(b"tmpfs", (stage + d).encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                              _scratch_options(lim["tmpfs_mb"])), f"mounting scratch {d}")
+            scratch.append(d)
+        for d in ("/proc", "/sys"):
+            os.makedirs(stage + d, mode=0o555, exist_ok=True)
+        iso["hidden"] = []
+        for d in lim["hide_paths"]:  # inside a visible tree: cover it (unless it holds what must stay visible)
+            if os.path.isdir(stage + d) and not any(inside(p, real(d)) for p in extra):
+                _check(libc.mount(b"tmpfs", (stage + d).encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY,
+                                  b"size=4k,mode=755"), f"covering {d}")
+            iso["hidden"].append(d)
+        _check(libc.mount(None, (stage + "/dev").encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID, None),
+               "remounting /dev read-only")
+        os.chdir(stage)
+        nr = _SYSCALLS["pivot_root"][_AUDIT_ARCH.get(os.uname().machine, (0,))[0]]
+        if libc.syscall(nr, b".", b".") == 0:  # the old root lands on top of the new one: detach it
+            _check(libc.umount2(b".", MNT_DETACH), "detaching the old root")
+        else:
+            iso["notes"].append(_errno_msg("pivot_root failed; chroot instead"))
+            os.chroot(".")
+        pivoted = True
+        os.chdir("/")
+        _check(libc.mount(None, b"/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
+               "remounting the new root read-only")
+    except OSError:
+        if not pivoted:  # back to the host's view (the stage covers the host's /tmp)
+            os.chdir("/")
+            libc.umount2(stage.encode(), MNT_DETACH)
+        raise
+    finally:
+        for fd in (*fds.values(), *devs.values()):
+            os.close(fd)
+    w.fresh_root, w.scratch = True, tuple(scratch)
+    iso.update(fresh_root=True, filesystem_readonly=True, private_tmp="/tmp" in scratch, tmpfs=list(scratch),
+               proc_hidden=True, visible=sorted(trees + [d for d, _ in links] + extra + [f"/dev/{d}" for d in devs]))
+
+
+def _remount_scratch(libc, lim: dict, d: str) -> None:
+    """A fresh, empty tmpfs instead of whatever the last sample left (no tree walk to defeat)."""
+    os.chdir("/")  # the zygote's cwd must not keep the old one alive
+    _check(libc.umount2(d.encode(), MNT_DETACH), f"detaching scratch {d}")
+    _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, _scratch_options(lim["tmpfs_mb"])),
+           f"mounting scratch {d}")
+
+
+def _wipe(path: str) -> None:
+    """Empty ``path`` (fallback mode, no private tmpfs). Iterative and by directory fds: a sample may leave a
+    tree thousands of levels deep, deeper than recursion or PATH_MAX allow, and unreadable directories."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    down: list[str] = []
+    fd = os.open(path, flags)
+    try:
+        while True:
+            sub = None
+            with os.scandir(fd) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        sub = e.name
+                        break
+                    os.unlink(e.name, dir_fd=fd)
+            if sub is not None:
+                os.chmod(sub, 0o700, dir_fd=fd)
+                nxt = os.open(sub, flags, dir_fd=fd)
+                os.close(fd)
+                fd, _ = nxt, down.append(sub)
+            elif down:
+                up = os.open("..", flags, dir_fd=fd)
+                os.close(fd)
+                fd = up
+                os.rmdir(down.pop(), dir_fd=fd)
+            else:
+                return
+    finally:
+        os.close(fd)
+
+
+def _dir_state(d: str) -> tuple:
+    st = os.stat(d)  # any entry made or removed changes mtime; chmod/chown/xattrs change ctime
+    return st.st_mode, st.st_uid, st.st_gid, st.st_nlink, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _child(code: str, result: str | None, lim: dict, w: _WorkerState, libc, out_w: int, err_w: int,
+           rep_w: int) -> None:
+    """Runs in the forked child; never returns. Everything it needs was imported and set up by the zygote
+    (signals, environment, stdio objects, scratch cwd), so the per-sample work is a few syscalls."""
+    report = rep_w
+    try:
+        os.setsid()
+        if not w.pid_namespace:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        report = os.dup2(rep_w, 3)
+        os.closerange(4, 1 << 16)
+        cpu = max(1, int(-(-lim["cpu_seconds"] // 1)))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (lim["memory_mb"] << 20,) * 2)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lim["max_open_files"],) * 2)
+        if w.ipc_per_sample:
+            _check(libc.unshare(CLONE_NEWIPC), "unshare(ipc)")
+        if w.sample_ids is not None:
+            if w.setgroups:
+                os.setgroups([])
+            os.setgid(w.sample_ids[1])
+            os.setuid(w.sample_ids[0])
+        # after the uid switch: set before it, the kernel would flag the switch and fail a later exec
+        # whenever any other process of that uid exists (e.g. another sandbox's sample)
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+        if w.drop_caps:
+            _drop_capabilities(libc)
+    except BaseException as e:  # setup failure: report it, never run the code uncontained
+        os.write(report, b"setup\n" + repr(e).encode("utf-8", "backslashreplace"))
+        os._exit(70)
+    status, payload = b"ok", b""
+    try:
+        scope = {"__name__": "__main__", "__builtins__": builtins}
+        exec(compile(code, "<sandbox>", "exec"), scope)
+        if result is not None:
+            payload = repr(eval(compile(result, "<result>", "eval"), scope)).encode("utf-8", "backslashreplace")
+    except SystemExit as e:
+        status = b"exit"
+        try:
+            payload = f"SystemExit({e.code!r})".encode("utf-8", "backslashreplace")
+        except BaseException:
+            payload = b"SystemExit"
+    except BaseException as e:
+        status = b"exception"
+        try:
+            payload = f"{type(e).__name__}: {e}"[:500].encode("utf-8", "backslashreplace")
+            sys.__excepthook__(type(e), e, e.__traceback__)  # the traceback to stderr (C code, no imports)
+        except BaseException:
+            payload = b"exception (unprintable)"
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    try:
+        view = memoryview(status + b"\n" + payload)
+        while view:
+            view = view[os.write(3, view):]
+    except BaseException:
+        pass
+    os._exit(0)
+
+
+def _run_one(code: str, result: str | None, lim: dict, w: _WorkerState, libc) -> dict:
+    t0 = time.monotonic()
+    pipes = [os.pipe() for _ in range(3)]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for r, _ in pipes:
+                os.close(r)
+            _child(code, result, lim, w, libc, *(wr for _, wr in pipes))
+        finally:
+            os._exit(71)
+    for _, wr in pipes:
+        os.close(wr)
+    out_fd, err_fd, rep_fd = (r for r, _ in pipes)
+    bufs = {out_fd: bytearray(), err_fd: bytearray(), rep_fd: bytearray()}
+    caps = {out_fd: lim["max_output_bytes"], err_fd: lim["max_output_bytes"], rep_fd: lim["max_value_bytes"] + 64}
+    open_fds = [out_fd, err_fd, rep_fd]
+    deadline = t0 + lim["wall_timeout"]
+    killed_for, status_wait = None, None
+    try:  # a pidfd becomes readable when the child exits: one select() waits for pipes and exit alike
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            killed_for = "timeout"
+            break
+        watch = open_fds + ([pidfd] if pidfd is not None else [])
+        if watch:
+            for fd in select.select(watch, [], [], min(left, 0.5 if pidfd is not None else 0.005))[0]:
+                if fd != pidfd:
+                    chunk = os.read(fd, 65536)
+                    if chunk:
+                        bufs[fd] += chunk
+                    else:
+                        open_fds.remove(fd)
+            if len(bufs[out_fd]) + len(bufs[err_fd]) > lim["max_output_bytes"]:
+                killed_for = "output_limit"
+                break
+            if len(bufs[rep_fd]) > caps[rep_fd]:
+                killed_for = "value_limit"
+                break
+        else:
+            time.sleep(0.002)
+        wp, st = os.waitpid(pid, os.WNOHANG)
+        if wp == pid:
+            status_wait = st
+            break
+    if pidfd is not None:
+        os.close(pidfd)
+    if killed_for is not None:
+        for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                target()
+            except (ProcessLookupError, PermissionError):
+                pass
+        status_wait = os.waitpid(pid, 0)[1]
+    for fd in open_fds:  # drain: the child is gone and held the only write ends (it cannot fork or pass
+        try:             # descriptors), so these reads end at EOF without blocking
+            while len(bufs[fd]) <= caps[fd]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                bufs[fd] += chunk
+        except OSError:
+            pass
+    for r, _ in pipes:
+        os.close(r)
+    if not w.pid_namespace:  # nothing can linger (no forks), but be sure outside a PID namespace
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    cap = lim["max_output_bytes"]
+    stdout = bytes(bufs[out_fd][:cap]).decode("utf-8", "replace")
+    stderr = bytes(bufs[err_fd][:cap]).decode("utf-8", "replace")
+    exit_code = os.WEXITSTATUS(status_wait) if os.WIFEXITED(status_wait) else None
+    sig = os.WTERMSIG(status_wait) if os.WIFSIGNALED(status_wait) else None
+    word, _, payload = bytes(bufs[rep_fd]).partition(b"\n")
+    text = payload.decode("utf-8", "replace")
+    value_repr = None
+    if killed_for == "timeout":
+        res = ("timeout", f"wall-clock timeout after {lim['wall_timeout']:g} s")
+    elif killed_for == "output_limit":
+        res = ("output_limit", f"stdout+stderr exceeded {cap} bytes")
+    elif killed_for == "value_limit":
+        res = ("output_limit", f"the result's repr exceeded {lim['max_value_bytes']} bytes")
+    elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and time.monotonic() - t0 >= max(1.0, lim["cpu_seconds"])):
+        res = ("cpu_limit", f"CPU time limit of {lim['cpu_seconds']:g} s")  # hard RLIMIT_CPU: SIGKILL 1 s later
+    elif sig is not None:
+        res = ("killed", f"killed by signal {signal.Signals(sig).name}")
+    elif word == b"setup":
+        res = ("worker_error", f"sandbox setup failed: {text}")
+    elif word == b"ok" and exit_code == 0:
+        res = ("passed", "")
+        value_repr = text if result is not None else None
+    elif word == b"exit":
+        res = ("exited", text)
+    elif word == b"exception":
+        res = ("error", text)
+    else:
+        res = ("exited", f"exited with code {exit_code} before the end of the program")
+    return dict(passed=res[0] == "passed", status=res[0], reason=res[1], exit_code=exit_code, signal=sig,
+                stdout=stdout, stderr=stderr, duration_s=round(time.monotonic() - t0, 6), value_repr=value_repr)
+
+
+def _after_sample(lim: dict, w: _WorkerState, libc) -> None:
+    """Scratch directories the sample touched become empty again."""
+    for d in w.scratch:
+        if _dir_state(d) != w.baseline[d]:
+            if w.fresh_root:
+                _remount_scratch(libc, lim, d)
+            else:
+                _wipe(d)
+            w.baseline[d] = _dir_state(d)
+            os.chdir(w.scratch[0])
+
+
+def _warm_up() -> None:
+    """Do once here what every sample would otherwise pay for: the first ``compile()`` of a process builds
+    CPython's ~120 AST types (about 2 ms, more than the fork itself); the first traceback print, too."""
+    scope = {"__name__": "__warm_up__", "__builtins__": builtins}
+    exec(compile("def f(x):\n    return [x, {'a': (1,)}]\nassert f('s') == ['s', {'a': (1,)}]", "<warm>", "exec"),
+         scope)
+    repr(eval(compile("f(1)", "<warm>", "eval"), scope))
+    try:
+        raise ValueError("warm")
+    except ValueError as e:
+        sys.__excepthook__(type(e), e, e.__traceback__)  # stderr is /dev/null here
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _zygote(config: str) -> None:
+    lim = marshal.loads(bytes.fromhex(config))
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    import _sitebuiltins  # the builtins `site` would add (exit, quit, help), without importing site
+
+    builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    builtins.help = _sitebuiltins._Helper()
+    sys.path.extend(p for p in lim["site_paths"] if p not in sys.path)
+    for mod in lim["preload"]:  # trusted modules, imported with the host's view of the filesystem
+        try:
+            __import__(mod)
+        except ImportError:
+            pass
+    libc = _libc()
+    # What every sample inherits, set once here rather than per sample. SIGINT default: the zygote is PID 1
+    # of its namespace and so ignores signals without a handler, also those a sample sends it.
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXCPU, signal.SIGALRM):
+        signal.signal(s, signal.SIG_DFL)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-size writes raise OSError(EFBIG) instead
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    iso = {"network": False, "ipc_namespace": False, "pid_namespace": False, "user_namespace": False,
+           "filesystem_readonly": False, "fresh_root": False, "private_tmp": False, "proc_hidden": False,
+           "hidden": [], "visible": [], "tmpfs": [], "uid_switch": os.geteuid() == 0,
+           "sample_uid": NOBODY if os.geteuid() == 0 else os.getuid(), "seccomp": False, "notes": []}
+    w = _WorkerState()
+    w.sample_ids = (NOBODY, NOBODY) if os.geteuid() == 0 else None
+    w.setgroups = os.geteuid() == 0
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")  # inherited by everything below
+    if not lim["isolate"]:
+        iso["notes"].append("isolation disabled: rlimits and seccomp only")
+    elif _enter_namespaces(libc, iso, w, (proto_in, proto_out)):
+        try:
+            try:
+                with open("/proc/sys/user/max_user_namespaces", "w") as fh:
+                    fh.write("0")  # nested user namespaces would hand a sample capabilities of its own
+            except OSError as e:
+                iso["notes"].append(f"could not forbid nested user namespaces: {e}")
+            _fresh_root(libc, lim, iso, w)
+        except OSError as e:
+            iso["notes"].append(f"fresh root failed, filesystem not contained: {e}")
+        inner = os.fork()  # PID 1 of the new PID namespace
+        if inner:
+            for fd in (proto_in, proto_out):
+                os.close(fd)
+            _, status = os.waitpid(inner, 0)
+            os._exit(max(0, os.waitstatus_to_exitcode(status)))
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        iso["pid_namespace"] = w.pid_namespace = True
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # a sample running as the zygote's own uid cannot ptrace it
+    if not w.scratch:  # fallback: one private directory under the host's temp dir
+        import tempfile
+
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None  # tmpfs: fast
+        w.scratch = (tempfile.mkdtemp(prefix="zoo-sandbox-", dir=shm),)
+        if w.sample_ids is not None:
+            os.chown(w.scratch[0], *w.sample_ids)
+    w.baseline = {d: _dir_state(d) for d in w.scratch}
+    os.chdir(w.scratch[0])
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": w.scratch[0],
+                       "TMPDIR": w.scratch[0]})
+    sys.argv = ["<sandbox>"]
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", closefd=False, errors="backslashreplace")
+    sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (lim["file_size_mb"] << 20,) * 2)  # the zygote writes only pipes
+    _warm_up()
+    if lim["seccomp"]:
+        import ctypes
+
+        prog = _seccomp_program()
+        if prog is None:
+            iso["notes"].append(f"no seccomp table for {os.uname().machine}: no syscall filter")
+        elif libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+            iso["notes"].append(_errno_msg("seccomp filter refused"))
+        else:
+            iso["seccomp"] = True
+    # without the filter's IPC rules, a fresh IPC namespace per sample keeps samples apart
+    w.ipc_per_sample = not iso["seccomp"] and iso["ipc_namespace"]
+    gc.collect()
+    gc.freeze()  # keep the collector from touching (and so copying) the zygote's pages in every child
+    try:  # hand the start-up's freed heap (compiling this file, the warm-up) back: fewer pages to fork
+        libc.malloc_trim(0)
+    except AttributeError:  # not glibc
+        pass
+    _send(proto_out, {"isolation": iso})
+    while True:
+        msg = _recv(proto_in)
+        if msg is None:
+            break
+        verdicts, broken = [], None
+        for code, result in msg["jobs"]:
+            if broken is not None:
+                verdicts.append(dict(passed=False, status="not_run", reason=broken))
+                continue
+            try:
+                verdicts.append(_run_one(code, result, lim, w, libc))
+                _after_sample(lim, w, libc)
+            except Exception as e:  # the harness failed, not the program: report, then let the pool replace us
+                broken = f"the sandbox worker failed: {type(e).__name__}: {e}"
+                verdicts.append(dict(passed=False, status="worker_error", reason=broken))
+            if verdicts[-1]["status"] == "worker_error":
+                broken = broken or verdicts[-1]["reason"]
+        _send(proto_out, {"verdicts": verdicts})
+        if broken is not None:
+            break
+        gc.freeze()
+    if not w.fresh_root:
+        try:
+            _wipe(w.scratch[0])
+            os.rmdir(w.scratch[0])
+        except OSError:
+            pass
+    os._exit(0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Parent side (imported as zoo.sandbox; none of this is loaded in the zygote)
+# --------------------------------------------------------------------------------------------------
+
+import ast  # noqa: E402
+import subprocess  # noqa: E402
+import threading  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+from queue import SimpleQueue  # noqa: E402
+from typing import Any, Iterable, Sequence  # noqa: E402
+
+__all__ = ["Sandbox", "Verdict", "parse_value"]
+
+_CONSTANTS = {"True": True, "False": False, "None": None}
+_PARENT_MARKER = "# " + "-" * 98 + "\n# Parent side"
+# The zygote's bootstrap: it reads the compiled zygote half of this file from its stdin and runs it.
+_BOOT = """import marshal, os, sys
+n, code = int(sys.argv[1]), bytearray()
+while len(code) < n:
+    chunk = os.read(0, n - len(code))
+    if not chunk:
+        raise SystemExit(1)
+    code += chunk
+scope = {"__name__": "__zoo_zygote__"}
+exec(marshal.loads(bytes(code)), scope)
+scope["_zygote"](sys.argv[2])
+"""
+_zygote_code: bytes | None = None
+
+
+def _compiled_zygote() -> bytes:
+    """The zygote half of this file (everything above the parent side), compiled once per process. Compiling
+    it in the zygote instead would leave ~3 MB of parser garbage in its heap, which every fork copies."""
+    global _zygote_code
+    if _zygote_code is None:
+        with open(__file__, encoding="utf-8") as fh:
+            source = fh.read()
+        _zygote_code = marshal.dumps(compile(source[:source.index(_PARENT_MARKER)], __file__, "exec",
+                                             dont_inherit=True))
+    return _zygote_code
+
+
+def parse_value(text: str | None) -> tuple[Any, str]:
+    """``(value, "")`` when ``text`` is the repr of plain data (:func:`ast.literal_eval`), else
+    ``(None, reason)``. Used on results that come out of a sandbox: it never executes anything."""
+    if text is None:
+        return None, "no result"
+    if text in _CONSTANTS:  # the common case (a comparison's result) without the parser
+        return _CONSTANTS[text], ""
+    try:
+        return ast.literal_eval(text), ""
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
+        return None, f"the result is not plain data ({type(e).__name__}): {text[:80]!r}"
 
 
 @dataclass
 class Verdict:
     """The outcome of one sandboxed program.
 
-    ``status`` is one of: ``passed`` (ran to its end), ``error`` (uncaught exception, incl. AssertionError
-    and MemoryError; ``reason`` names it), ``exited`` (sys.exit/os._exit before the end), ``timeout``
-    (wall clock), ``cpu_limit``, ``killed`` (any other signal, e.g. SIGSEGV from a C-stack overflow),
-    ``output_limit``, ``worker_error`` (the harness itself failed; the worker was replaced).
+    ``status`` is one of: ``passed`` (ran to its end: the program's own report, see the module docstring),
+    ``error`` (uncaught exception, incl. AssertionError and MemoryError, or a ``result`` that is not plain
+    data; ``reason`` names it), ``exited`` (sys.exit/os._exit before the end), ``timeout`` (wall clock),
+    ``cpu_limit``, ``killed`` (any other signal, e.g. SIGSEGV), ``output_limit`` (stdout+stderr or the
+    result's repr over its cap), ``worker_error`` (the harness failed twice, also after a re-run on a fresh
+    worker; not the program's fault).
+
+    ``value``: with ``result=EXPR``, the value of ``EXPR`` as plain data parsed by the parent
+    (``value_repr`` is the text it came as; None when the program delivered none).
     """
 
     passed: bool
@@ -89,6 +873,8 @@ class Verdict:
     stdout: str = ""
     stderr: str = ""
     duration_s: float = 0.0
+    value: Any = None
+    value_repr: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,40 +892,14 @@ class _Limits:
     isolate: bool
     preload: tuple[str, ...] = ()
     hide_paths: tuple[str, ...] = ()
+    max_value_bytes: int = 1 << 20
+    seccomp: bool = True
+    expose: tuple[str, ...] = ()
+    site_paths: tuple[str, ...] = ()
 
 
-# --------------------------------------------------------------------------------------------------
-# Parent side
-# --------------------------------------------------------------------------------------------------
-
-def _send(fd: int, obj: Any) -> None:
-    data = json.dumps(obj).encode()
-    view = memoryview(struct.pack("<Q", len(data)) + data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _recv_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
-def _recv(fd: int, deadline: float | None = None) -> Any:
-    head = _recv_exact(fd, 8, deadline)
-    if head is None:
-        return None
-    body = _recv_exact(fd, struct.unpack("<Q", head)[0], deadline)
-    return None if body is None else json.loads(body)
+class _WorkerDied(RuntimeError):
+    pass
 
 
 class _Worker:
@@ -147,37 +907,59 @@ class _Worker:
 
     def __init__(self, limits: _Limits):
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
+        code = _compiled_zygote()
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", os.path.abspath(__file__), "--zygote", json.dumps(asdict(limits))],
+            [sys.executable, "-I", "-S", "-B", "-c", _BOOT, str(len(code)), marshal.dumps(asdict(limits)).hex()],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, close_fds=True, start_new_session=True, cwd="/")
         self.wall = limits.wall_timeout
+        try:
+            os.write(self.proc.stdin.fileno(), code)
+        except OSError:
+            pass  # it died at once: reported below
         hello = _recv(self.proc.stdout.fileno(), time.monotonic() + 60)
         if not hello or "isolation" not in hello:
             self.kill()
             raise RuntimeError(f"sandbox worker failed to start: {hello!r}")
         self.isolation: dict[str, Any] = hello["isolation"]
 
-    def run_batch(self, codes: list[str]) -> list[Verdict]:
+    def run_batch(self, jobs: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
         """Several programs in one round trip (each still in its own fresh child)."""
-        _send(self.proc.stdin.fileno(), {"codes": codes})
-        reply = _recv(self.proc.stdout.fileno(), time.monotonic() + len(codes) * (self.wall + 5) + 30)
-        if reply is None or len(reply.get("verdicts", ())) != len(codes):
-            raise RuntimeError("sandbox worker stopped answering")
-        return [Verdict(**v) for v in reply["verdicts"]]
+        try:
+            _send(self.proc.stdin.fileno(), {"jobs": jobs})
+            reply = _recv(self.proc.stdout.fileno(), time.monotonic() + len(jobs) * (self.wall + 5) + 30)
+        except (OSError, ValueError) as e:
+            raise _WorkerDied(f"{type(e).__name__}: {e}") from e
+        if reply is None or len(reply.get("verdicts", ())) != len(jobs):
+            raise _WorkerDied("the sandbox worker stopped answering")
+        return reply["verdicts"]
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def kill(self) -> None:
+    def shutdown(self) -> None:
+        """End of input: the zygote finishes, reaping its samples, so the parent's child CPU time includes
+        them (a killed PID 1 would take its samples' CPU time with it)."""
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            self.proc.stdin.close()
+        except OSError:
             pass
-        try:
-            self.proc.kill()
-        except ProcessLookupError:
-            pass
+
+    def kill(self, wait: float = 0.0) -> None:
+        if wait > 0:
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
         self.proc.wait()
         for f in (self.proc.stdin, self.proc.stdout):
             try:
@@ -186,37 +968,50 @@ class _Worker:
                 pass
 
 
+def _site_paths() -> tuple[str, ...]:
+    """The parent's site-packages directories: the zygote runs without ``site`` (its .pth files import
+    half the standard library, which would make every fork dearer), so they are put on its path by hand."""
+    return tuple(p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p))
+
+
 class Sandbox:
     """A pool of contained Python executors.
 
     Args:
         workers: number of zygote processes (parallel samples).
         cpu_seconds: CPU-time limit per sample (RLIMIT_CPU; fractional values round up to whole seconds).
-        memory_mb: address-space limit per sample (RLIMIT_AS), on top of nothing: it bounds the whole
-            process, interpreter included (a bare interpreter needs ~30 MB).
-        wall_timeout: wall-clock seconds per sample before SIGKILL of its process group.
+        memory_mb: address-space limit per sample (RLIMIT_AS), interpreter included (~30 MB).
+        wall_timeout: wall-clock seconds per sample before SIGKILL.
         max_output_bytes: stdout + stderr cap; exceeding it kills the sample (status ``output_limit``).
         file_size_mb: largest file a sample may write (RLIMIT_FSIZE).
-        tmpfs_mb: size of each private tmpfs (/tmp, /var/tmp, /dev/shm) inside the namespace.
+        tmpfs_mb: size of each private scratch tmpfs (/tmp, /var/tmp, /dev/shm).
         max_open_files: RLIMIT_NOFILE.
-        isolate: enter user/mount/network namespaces when the kernel allows (False: rlimits only).
+        isolate: enter user/mount/network/IPC/PID namespaces when the kernel allows (False: rlimits and
+            seccomp only).
         require_isolation: raise instead of falling back when namespaces are unavailable.
-        preload: modules imported once in each zygote so samples that import them start faster.
-        hide_paths: directories covered by an empty tmpfs (skipped if they hold the Python install).
+        preload: modules imported once in each zygote (before its root is replaced; trusted) so samples that
+            import them start faster. A module that imports ``threading`` makes every fork dearer.
+        hide_paths: directories that stay hidden even where they lie inside a visible tree.
+        max_value_bytes: cap on the repr of a ``result`` (status ``output_limit`` above it).
+        seccomp: install the syscall filter (see the module docstring) when the architecture has a table.
+        expose: extra host paths made visible read-only (e.g. a library the programs import).
     """
 
     def __init__(self, workers: int = 2, cpu_seconds: float = 3.0, memory_mb: int = 512,
                  wall_timeout: float = 5.0, max_output_bytes: int = 65536, file_size_mb: int = 16,
                  tmpfs_mb: int = 64, max_open_files: int = 64, isolate: bool = True,
                  require_isolation: bool = False, preload: Iterable[str] = (),
-                 hide_paths: Iterable[str] = ("/root", "/home")):
+                 hide_paths: Iterable[str] = ("/root", "/home"), max_value_bytes: int = 1 << 20,
+                 seccomp: bool = True, expose: Iterable[str] = ()):
         if not sys.platform.startswith("linux"):
             raise RuntimeError("zoo.sandbox needs Linux (rlimits, namespaces)")
-        if workers < 1 or cpu_seconds <= 0 or wall_timeout <= 0 or memory_mb < 16 or max_output_bytes < 0:
-            raise ValueError("sandbox limits must be positive (workers>=1, memory_mb>=16)")
+        if (workers < 1 or cpu_seconds <= 0 or wall_timeout <= 0 or memory_mb < 16 or max_output_bytes < 0
+                or max_value_bytes < 0 or tmpfs_mb < 1):
+            raise ValueError("sandbox limits must be positive (workers>=1, memory_mb>=16, tmpfs_mb>=1)")
         self.limits = _Limits(float(cpu_seconds), int(memory_mb), float(wall_timeout), int(max_output_bytes),
                               int(file_size_mb), int(tmpfs_mb), int(max_open_files), bool(isolate),
-                              tuple(preload), tuple(hide_paths))
+                              tuple(preload), tuple(hide_paths), int(max_value_bytes), bool(seccomp),
+                              tuple(os.path.abspath(p) for p in expose), _site_paths())
         self.workers = workers
         self.require_isolation = require_isolation
         self._idle: SimpleQueue[_Worker | None] = SimpleQueue()
@@ -245,72 +1040,107 @@ class Sandbox:
                 self._all.remove(w)
             self.restarts += 1
 
-    @property
-    def isolation(self) -> dict[str, Any]:
-        """What the kernel granted: network namespace, read-only filesystem, uid switch, hidden paths."""
-        if self._isolation is None:
-            w = self._idle.get()
-            try:
-                w = w if w is not None and w.alive() else self._spawn()
-            finally:
-                self._idle.put(w)
-        return dict(self._isolation or {})
-
-    def run(self, code: str) -> Verdict:
-        """Execute ``code`` as ``__main__`` in a fresh contained child; never raises for bad code."""
-        return self._run_batch([code])[0]
-
-    def _run_batch(self, codes: list[str]) -> list[Verdict]:
-        out: list[Verdict | None] = [None] * len(codes)
-        todo = []
-        for i, c in enumerate(codes):
-            if isinstance(c, str):
-                todo.append(i)
-            else:
-                out[i] = Verdict(False, "worker_error", f"code must be str, got {type(c).__name__}")
-        if not todo:
-            return out
+    def _checkout(self) -> _Worker:
         w = self._idle.get()
         try:
-            if w is None or not w.alive():
-                if w is not None:
-                    self._retire(w)
-                w = self._spawn()
-            try:
-                for i, v in zip(todo, w.run_batch([codes[i] for i in todo])):
-                    out[i] = v
-                return out
-            except (OSError, RuntimeError, ValueError, TypeError) as e:
+            if w is not None and not w.alive():
                 self._retire(w)
                 w = None
-                error = e
-        finally:
-            self._idle.put(w)
-        if len(todo) == 1:
-            out[todo[0]] = Verdict(False, "worker_error", f"sandbox worker died and was replaced: {error}")
+            return w if w is not None else self._spawn()
+        except BaseException:
+            self._idle.put(None)  # keep the slot
+            raise
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        """What the kernel granted: namespaces, fresh root, seccomp, uid switch, visible and hidden paths."""
+        if self._isolation is None:
+            self._idle.put(self._checkout())
+        return dict(self._isolation or {})
+
+    def run(self, code: str, result: str | None = None) -> Verdict:
+        """Execute ``code`` as ``__main__`` in a fresh contained child; never raises for bad code. With
+        ``result``, that expression is evaluated afterwards and its value returned as ``Verdict.value``."""
+        return self._run_jobs([(code, result)])[0]
+
+    def _run_jobs(self, jobs: list[tuple[Any, Any]], retry: bool = True) -> list[Verdict]:
+        out: list[Verdict | None] = [None] * len(jobs)
+        todo = []
+        for i, (c, r) in enumerate(jobs):
+            if isinstance(c, str) and (r is None or isinstance(r, str)):
+                todo.append(i)
+            else:
+                out[i] = Verdict(False, "worker_error", f"code and result must be str, got {type(c).__name__}, "
+                                 f"{type(r).__name__}")
+        if not todo:
             return out
-        for i in todo:  # find the program that broke the worker: rerun one by one on fresh workers
-            out[i] = self._run_batch([codes[i]])[0]
+        batch = [jobs[i] for i in todo]
+        w = self._checkout()
+        try:
+            replies = w.run_batch(batch)
+            broken = any(r["status"] in ("worker_error", "not_run") for r in replies)
+        except _WorkerDied as e:
+            replies, broken, died = None, True, str(e)
+        if broken:
+            self._retire(w)
+            w = None
+        self._idle.put(w)
+        if replies is None:  # which program broke it is unknown: each again on its own (one more try each)
+            if len(batch) > 1:
+                for i in todo:
+                    out[i] = self._run_jobs([jobs[i]], retry)[0]
+            elif retry:
+                out[todo[0]] = self._run_jobs(batch, retry=False)[0]
+            else:
+                out[todo[0]] = Verdict(False, "worker_error", f"sandbox worker died, also on a fresh one: {died}")
+            return out
+        not_run = [i for i, r in zip(todo, replies) if r["status"] == "not_run"]
+        for i, r in zip(todo, replies):
+            if r["status"] == "worker_error" and retry:
+                out[i] = self._run_jobs([jobs[i]], retry=False)[0]
+            elif r["status"] != "not_run":
+                out[i] = self._verdict(r, jobs[i][1])
+        for i, v in zip(not_run, self._run_jobs([jobs[i] for i in not_run], retry) if not_run else ()):
+            out[i] = v
         return out
 
-    def map(self, codes: Iterable[str]) -> list[Verdict]:
-        """Run many programs on the pool; results keep the input order. Programs travel to the workers in
-        small batches (one round trip each) but every program still runs in its own fresh child."""
+    @staticmethod
+    def _verdict(r: dict[str, Any], result: str | None) -> Verdict:
+        v = Verdict(**{k: r[k] for k in ("passed", "status", "reason") if k in r},
+                    **{k: r.get(k) for k in ("exit_code", "signal", "value_repr")},
+                    stdout=r.get("stdout", ""), stderr=r.get("stderr", ""), duration_s=r.get("duration_s", 0.0))
+        if v.status == "passed" and result is not None:
+            v.value, why = parse_value(v.value_repr)
+            if why:
+                v.passed, v.status, v.reason = False, "error", why
+        return v
+
+    def map(self, codes: Iterable[str], result: str | None | Sequence[str | None] = None) -> list[Verdict]:
+        """Run many programs on the pool; results keep the input order. ``result``: one expression for all
+        programs or one per program (None: no result). Programs travel to the workers in small batches
+        (one round trip each) but every program still runs in its own fresh child."""
         from concurrent.futures import ThreadPoolExecutor
 
         codes = list(codes)
-        size = max(1, min(16, -(-len(codes) // (4 * self.workers))))
-        chunks = [codes[i:i + size] for i in range(0, len(codes), size)]
+        results = list(result) if result is not None and not isinstance(result, str) else [result] * len(codes)
+        if len(results) != len(codes):
+            raise ValueError(f"{len(results)} results for {len(codes)} programs")
+        jobs = list(zip(codes, results))
+        size = max(1, min(16, -(-len(jobs) // (4 * self.workers))))
+        chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
         if self.workers == 1 or len(chunks) <= 1:
-            return [v for c in chunks for v in self._run_batch(c)]
+            return [v for c in chunks for v in self._run_jobs(c)]
         with ThreadPoolExecutor(max_workers=self.workers) as ex:
-            return [v for vs in ex.map(self._run_batch, chunks) for v in vs]
+            return [v for vs in ex.map(self._run_jobs, chunks) for v in vs]
 
     def close(self) -> None:
         with self._lock:
             workers, self._all = self._all, []
         for w in workers:
-            w.kill()
+            w.shutdown()
+        deadline = time.monotonic() + 5
+        for w in workers:
+            w.kill(wait=max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -323,383 +1153,3 @@ class Sandbox:
             self.close()
         except Exception:
             pass
-
-
-# --------------------------------------------------------------------------------------------------
-# Zygote side (this file executed as a script: stdlib only, nothing from the zoo package)
-# --------------------------------------------------------------------------------------------------
-
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 0x4000, 1 << 18
-SYS_MOUNT_SETATTR = 442  # same number on x86_64 and the asm-generic table (aarch64, riscv)
-AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
-WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
-
-
-def _libc():
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    return libc
-
-
-def _errno_msg(what: str) -> str:
-    import ctypes
-
-    e = ctypes.get_errno()
-    return f"{what}: {os.strerror(e)}"
-
-
-def _enter_namespaces(lim: _Limits, libc) -> dict[str, Any]:
-    """Unshare net+mount (+user when unprivileged); returns what actually took effect."""
-    import ctypes
-
-    iso: dict[str, Any] = {"network": False, "filesystem_readonly": False, "private_tmp": False,
-                           "proc_hidden": False, "hidden": [], "uid_switch": os.geteuid() == 0, "notes": []}
-    if not lim.isolate:
-        iso["notes"].append("isolation disabled: rlimits only")
-        return iso
-    root = os.geteuid() == 0
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWNS | CLONE_NEWNET | (0 if root else CLONE_NEWUSER)) != 0:
-        iso["notes"].append(_errno_msg("unshare(user|mount|net) failed; network and filesystem not contained"))
-        # Still try a bare network namespace (works for root without mount rights, e.g. some containers).
-        if libc.unshare(CLONE_NEWNET) == 0:
-            iso["network"] = True
-        return iso
-    iso["network"] = True
-    if not root:  # map our own uid so files on the private tmpfs have an owner
-        try:
-            for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
-                               ("/proc/self/gid_map", f"{gid} {gid} 1")):
-                with open(path, "w") as fh:
-                    fh.write(text)
-        except OSError as e:
-            iso["notes"].append(f"uid map failed: {e}")
-    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        iso["notes"].append(_errno_msg("mount private failed"))
-        return iso
-
-    class MountAttr(ctypes.Structure):
-        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-
-    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
-        iso["filesystem_readonly"] = True
-    else:
-        iso["notes"].append(_errno_msg("mount_setattr(read-only) failed; filesystem writable per permissions"))
-    # Covered directories get a fresh tmpfs; if the Python installation lives inside one (pyenv under
-    # /root, a venv under /tmp, ...) it is bind-mounted back, read-only, so imports keep working.
-    needed = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                   sys.base_exec_prefix, os.path.dirname(sys.executable))})
-    needed = [p for p in needed if not any(p.startswith(q + "/") for q in needed)]
-
-    def cover(d: str, options: bytes, readonly: bool) -> bool:
-        real = os.path.realpath(d)
-        if not os.path.isdir(real) or any(p == real or real.startswith(p + "/") for p in needed):
-            return False
-        inside = [p for p in needed if p.startswith(real + "/")]
-        keep = [os.open(p, os.O_PATH) for p in inside]  # handles to the real trees before covering them
-        try:
-            if libc.mount(b"tmpfs", real.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
-                iso["notes"].append(_errno_msg(f"covering {d} failed"))
-                return False
-            for p, fd in zip(inside, keep):
-                os.makedirs(p, mode=0o755, exist_ok=True)
-                if (libc.mount(f"/proc/self/fd/{fd}".encode(), p.encode(), None, MS_BIND | MS_REC, None) != 0
-                        or libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, p.encode(), AT_RECURSIVE, ctypes.byref(attr),
-                                        ctypes.sizeof(attr)) != 0):
-                    iso["notes"].append(_errno_msg(f"re-exposing the Python install under {d} failed"))
-            if readonly:
-                libc.mount(None, real.encode(), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
-            return True
-        finally:
-            for fd in keep:
-                os.close(fd)
-
-    mounted = [d for d in WRITABLE if cover(d, f"size={lim.tmpfs_mb}m,mode=1777".encode(), readonly=False)]
-    iso["private_tmp"] = "/tmp" in mounted
-    iso["tmpfs"] = mounted
-    iso["hidden"] = [d for d in lim.hide_paths if cover(d, b"size=1m,mode=755", readonly=True)]
-    if libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, b"size=4k,mode=755") == 0:
-        iso["proc_hidden"] = True
-    return iso
-
-
-def _wipe(dirs: dict[str, frozenset[str]]) -> None:
-    """Empty the writable directories, keeping their start-up skeleton (e.g. a re-exposed Python install)."""
-    for d, keep in dirs.items():
-        try:
-            entries = [e for e in os.scandir(d) if e.name not in keep]
-        except OSError:
-            continue
-        for e in entries:
-            try:
-                if e.is_dir(follow_symlinks=False):
-                    shutil.rmtree(e.path, ignore_errors=True)
-                else:
-                    os.unlink(e.path)
-            except OSError:
-                pass
-
-
-def _drop_privileges(libc) -> None:
-    """No capabilities (in a user namespace the zygote holds all of them, e.g. to re-mount / read-write)
-    and no_new_privs (exec of a setuid binary gains nothing)."""
-    import ctypes
-
-    class CapHeader(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class CapData(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
-
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise OSError(_errno_msg("prctl(PR_SET_NO_NEW_PRIVS)"))
-    if libc.capset(ctypes.byref(CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), (CapData * 2)()) != 0:
-        raise OSError(_errno_msg("capset"))
-
-
-def _child(code: str, lim: _Limits, workdir: str, out_w: int, err_w: int, st_w: int, nonce: str, libc) -> None:
-    """Runs in the forked child; never returns (everything it needs is imported by the zygote already)."""
-    try:
-        os.setsid()
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGALRM):
-            signal.signal(s, signal.SIG_DFL)
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-size writes raise OSError(EFBIG) instead
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.dup2(st_w, 3)
-        os.closerange(4, 65536)
-        os.chdir(workdir)
-        cpu = max(1, int(-(-lim.cpu_seconds // 1)))
-        mb = 1024 * 1024
-        for res, v in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, (lim.memory_mb * mb,) * 2),
-                       (resource.RLIMIT_FSIZE, (lim.file_size_mb * mb,) * 2), (resource.RLIMIT_CORE, (0, 0)),
-                       (resource.RLIMIT_NOFILE, (lim.max_open_files,) * 2), (resource.RLIMIT_NPROC, (0, 0))):
-            resource.setrlimit(res, v)
-        if os.geteuid() == 0:  # RLIMIT_NPROC does not bind root; become nobody
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-        _drop_privileges(libc)
-        os.environ.clear()
-        os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir})
-        sys.argv = ["<sandbox>"]
-        sys.stdin = open(0, "r", closefd=False)
-        sys.stdout = open(1, "w", closefd=False, errors="backslashreplace")
-        sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")
-    except BaseException as e:  # setup failure: report it, do not run the code uncontained
-        os.write(st_w, json.dumps({"nonce": nonce, "status": "setup", "error": repr(e)}).encode())
-        os._exit(70)
-    status, error = "ok", ""
-    try:
-        exec(compile(code, "<sandbox>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
-    except SystemExit as e:
-        status, error = "exit", f"SystemExit({e.code!r})"
-    except BaseException as e:
-        status = "exception"
-        try:
-            error = f"{type(e).__name__}: {e}"[:500]
-            traceback.print_exc()
-        except BaseException:
-            error = "exception (unprintable)"
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except BaseException:
-            pass
-    try:
-        os.write(3, json.dumps({"nonce": nonce, "status": status, "error": error}).encode())
-    except BaseException:
-        pass
-    os._exit(0)
-
-
-def _run_one(code: str, lim: _Limits, libc, tmp_root: str, cleanup: dict[str, frozenset[str]]) -> dict[str, Any]:
-    t0 = time.monotonic()
-    workdir = tempfile.mkdtemp(prefix="sample-", dir=tmp_root)
-    if os.geteuid() == 0:
-        os.chown(workdir, NOBODY, NOBODY)
-    nonce = os.urandom(16).hex()
-    pipes = [os.pipe() for _ in range(3)]
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for r, _ in pipes:
-                os.close(r)
-            _child(code, lim, workdir, pipes[0][1], pipes[1][1], pipes[2][1], nonce, libc)
-        finally:
-            os._exit(71)
-    for _, w in pipes:
-        os.close(w)
-    bufs = {r: bytearray() for r, _ in pipes}
-    open_fds = [r for r, _ in pipes]
-    out_fd, err_fd, st_fd = (r for r, _ in pipes)
-    deadline = t0 + lim.wall_timeout
-    killed_for = None
-    status_wait = None
-    try:  # a pidfd becomes readable when the child exits: one select() waits for pipes and exit alike
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            killed_for = "timeout"
-            break
-        # With a pidfd the status pipe (a few bytes, never fills) is read after the exit: one wake-up less.
-        watch = [fd for fd in open_fds if pidfd is None or fd != st_fd] + ([pidfd] if pidfd is not None else [])
-        if watch:
-            ready = select.select(watch, [], [], min(left, 0.5 if pidfd is not None else 0.005))[0]
-            for fd in ready:
-                if fd == pidfd:
-                    continue
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    open_fds.remove(fd)
-                elif fd != st_fd or len(bufs[fd]) < 4096:
-                    bufs[fd] += chunk
-            if len(bufs[out_fd]) + len(bufs[err_fd]) > lim.max_output_bytes:
-                killed_for = "output_limit"
-                break
-        else:
-            time.sleep(0.002)
-        wp, st = os.waitpid(pid, os.WNOHANG)
-        if wp == pid:
-            status_wait = st
-            break
-    if pidfd is not None:
-        os.close(pidfd)
-    if killed_for is not None:
-        for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-            try:
-                target()
-            except (ProcessLookupError, PermissionError):
-                pass
-        status_wait = os.waitpid(pid, 0)[1]
-    # drain what is left in the pipes (the child is gone, so this cannot block for long)
-    for fd in open_fds:
-        try:
-            while len(bufs[fd]) <= lim.max_output_bytes + 4096:
-                ready = select.select([fd], [], [], 0)[0]
-                chunk = os.read(fd, 65536) if ready else b""
-                if not chunk:
-                    break
-                bufs[fd] += chunk
-        except OSError:
-            pass
-    for r, _ in pipes:
-        os.close(r)
-    try:  # nothing can linger with NPROC=0, but the rlimits-only fallback may lack it
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    _wipe(cleanup)  # the work dir lives in tmp_root, which is one of them
-
-    cap = lim.max_output_bytes
-    stdout = bytes(bufs[out_fd][:cap]).decode("utf-8", "replace")
-    stderr = bytes(bufs[err_fd][:cap]).decode("utf-8", "replace")
-    exit_code = os.WEXITSTATUS(status_wait) if os.WIFEXITED(status_wait) else None
-    sig = os.WTERMSIG(status_wait) if os.WIFSIGNALED(status_wait) else None
-    try:
-        report = json.loads(bytes(bufs[st_fd]).decode())
-        report = report if isinstance(report, dict) and report.get("nonce") == nonce else None
-    except ValueError:
-        report = None
-    if killed_for == "timeout":
-        res = ("timeout", f"wall-clock timeout after {lim.wall_timeout:g} s")
-    elif killed_for == "output_limit":
-        res = ("output_limit", f"stdout+stderr exceeded {cap} bytes")
-    elif sig in (signal.SIGXCPU,) or (sig == signal.SIGKILL and _cpu_exhausted(lim, t0)):
-        res = ("cpu_limit", f"CPU time limit of {lim.cpu_seconds:g} s")
-    elif sig is not None:
-        res = ("killed", f"killed by signal {signal.Signals(sig).name}")
-    elif report is None:
-        res = ("exited", f"exited with code {exit_code} before the end of the program")
-    elif report["status"] == "ok":
-        res = ("passed", "")
-    elif report["status"] == "exit":
-        res = ("exited", report["error"])
-    elif report["status"] == "setup":
-        res = ("worker_error", f"sandbox setup failed: {report['error']}")
-    else:
-        res = ("error", report["error"])
-    return dict(passed=res[0] == "passed", status=res[0], reason=res[1], exit_code=exit_code, signal=sig,
-                stdout=stdout, stderr=stderr, duration_s=round(time.monotonic() - t0, 6))
-
-
-def _cpu_exhausted(lim: _Limits, t0: float) -> bool:
-    # The hard RLIMIT_CPU delivers SIGKILL one second after the soft SIGXCPU was ignored.
-    return time.monotonic() - t0 >= max(1.0, lim.cpu_seconds)
-
-
-def _zygote(config: str) -> None:
-    lim = _Limits(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(config).items()})
-    proto_in, proto_out = os.dup(0), os.dup(1)
-    null = os.open("/dev/null", os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    libc = _libc()
-    # No PDEATHSIG here: it fires when the parent *thread* ends (pool threads come and go); the zygote
-    # instead exits when its protocol pipe reaches EOF.
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    try:
-        iso = _enter_namespaces(lim, libc)
-    except Exception as e:  # never die here: report the fallback
-        iso = {"network": False, "filesystem_readonly": False, "notes": [f"namespace setup error: {e!r}"]}
-    # Non-dumpable: a sample running as the zygote's own uid (user-namespace mode) cannot ptrace it.
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    iso["pid_namespace"] = False
-    if lim.isolate and libc.unshare(CLONE_NEWPID) == 0:
-        # Samples must not see or signal anything outside (the harness runs as the same user when not
-        # root): the zygote loop moves into a child that is PID 1 of a fresh PID namespace.
-        inner = os.fork()
-        if inner:
-            os.waitpid(inner, 0)
-            os._exit(0)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        iso["pid_namespace"] = True
-    for mod in lim.preload:
-        try:
-            __import__(mod)
-        except ImportError:
-            pass
-    if iso.get("private_tmp"):
-        tmp_root, dirs = "/tmp", tuple(iso.get("tmpfs", ()))
-    else:  # fallback: a private directory under the host's temp dir
-        tmp_root = tempfile.mkdtemp(prefix="zoo-sandbox-")
-        if os.geteuid() == 0:
-            os.chmod(tmp_root, 0o755)
-        dirs = (tmp_root,)
-    cleanup = {d: frozenset(os.listdir(d)) for d in dirs}
-    import gc
-
-    gc.collect()
-    gc.freeze()  # keep the collector from touching (and so copying) the zygote's pages in every child
-    _send(proto_out, {"isolation": iso})
-    while True:
-        msg = _recv(proto_in)
-        if msg is None:
-            break
-        verdicts = []
-        for code in msg["codes"]:
-            try:
-                verdicts.append(_run_one(code, lim, libc, tmp_root, cleanup))
-            except Exception as e:
-                verdicts.append(dict(passed=False, status="worker_error", reason=f"{type(e).__name__}: {e}"))
-        _send(proto_out, {"verdicts": verdicts})
-    if not iso.get("private_tmp"):
-        shutil.rmtree(tmp_root, ignore_errors=True)
-
-
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--zygote":
-    _zygote(sys.argv[2])

@@ -5,8 +5,8 @@ generations file), `construct` (the benchmark-construction filters), `module` (t
 """
 
 from zoo.cruxeval.prompts import STOP_WORDS, make_prompt
-from zoo.cruxeval.scoring import (extract_answer, load_rows, make_check, pass_at_k, score_answers,
-                                  score_generations, summarize)
+from zoo.cruxeval.scoring import (Check, extract_answer, load_rows, make_check, pass_at_k, plan_check,
+                                  score_answers, score_generations, summarize)
 from zoo.cruxeval.construct import build_benchmark, runtime_problems, static_problems
 
 
@@ -20,6 +20,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'zoo.cruxeval' has no attribute {name!r}")
 
 
-__all__ = ["CRUXEvalModule", "STOP_WORDS", "make_prompt", "extract_answer", "load_rows", "make_check", "pass_at_k",
-           "score_answers", "score_generations", "summarize", "build_benchmark", "runtime_problems",
-           "static_problems"]
+__all__ = ["CRUXEvalModule", "STOP_WORDS", "make_prompt", "extract_answer", "load_rows", "make_check", "plan_check",
+           "Check", "pass_at_k", "score_answers", "score_generations", "summarize", "build_benchmark",
+           "runtime_problems", "static_problems"]

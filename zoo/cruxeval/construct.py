@@ -117,9 +117,11 @@ class _Instrument(ast.NodeTransformer):
         return ast.copy_location(ast.Assign([node.target], call), node)
 
 
-# Runs inside the sandbox. @PLACEHOLDERS@ are filled with JSON literals (valid Python for str/int).
+# Runs inside the sandbox; its report comes back as the run's ``result`` (plain data parsed by the parent).
+# @PLACEHOLDERS@ are filled with JSON literals (valid Python for str/int). It imports nothing heavy: the
+# zygote holds only a few modules, and importing ast/json in every sample would cost more than the check.
 _HARNESS = r'''
-import ast as __ast, json as __json, operator as __operator, sys as __sys
+import _operator as __operator, sys as __sys
 __BAD = {}
 __STEPS = [0]
 __OPS = {"Add": "add", "Sub": "sub", "Mult": "mul", "Div": "truediv", "FloorDiv": "floordiv", "Mod": "mod",
@@ -159,8 +161,8 @@ try:
     finally:
         __sys.settrace(None)
     __r = repr(__out)
-    try:
-        __same = __ast.literal_eval(__r) == __out
+    try:  # the repr must read back as the same value (no builtins: only literal syntax can evaluate)
+        __same = eval(__r, {"__builtins__": {}, "set": set}) == __out
     except Exception:
         __same = False
     if not __same: __BAD["OUTPUT_NOT_LITERAL"] = 1
@@ -171,12 +173,11 @@ except Exception as __e:
     __BAD["UNCAUGHT_EXCEPTION"] = 1
     __result["error"] = type(__e).__name__ + ": " + str(__e)[:200]
 __result["steps"] = __STEPS[0]
-print("\n__CRUX_REPORT__" + __json.dumps(__result))
 '''
 
 
 def runtime_program(code: str, input: str, max_steps: int = MAX_STEPS) -> str:
-    """The self-reporting program that traces one candidate call (run it in the sandbox)."""
+    """The tracing program for one candidate call (run it in the sandbox with ``result="__result"``)."""
     tree = _Instrument().visit(ast.parse(code))
     source = ast.unparse(ast.fix_missing_locations(tree))
     return (_HARNESS.replace("@MAX_STEPS@", str(int(max_steps))).replace("@SOURCE@", json.dumps(source))
@@ -184,18 +185,15 @@ def runtime_program(code: str, input: str, max_steps: int = MAX_STEPS) -> str:
 
 
 def _parse_report(verdict) -> tuple[list[str], str | None]:
-    marker = "__CRUX_REPORT__"
     if verdict.status == "timeout" or verdict.status == "cpu_limit":
         return ["TIMED_OUT"], None
-    if marker not in verdict.stdout:
+    report = verdict.value
+    if verdict.status != "passed" or not isinstance(report, dict) or not isinstance(report.get("bad"), dict):
         return [f"CRASHED ({verdict.status}: {verdict.reason})"], None
-    report = json.loads(verdict.stdout.rsplit(marker, 1)[1])
     problems = sorted(report["bad"])
     out = report.get("output")
     if out is not None and "OUTPUT_NOT_LITERAL" not in problems and not is_literal(out):
         problems.append("OUTPUT_NOT_LITERAL")
-    if verdict.status != "passed":
-        problems.append(f"CRASHED ({verdict.status}: {verdict.reason})")
     return problems, out
 
 
@@ -205,7 +203,7 @@ def runtime_problems(candidates: Sequence[tuple[str, str]], sandbox: Sandbox | N
     own = sandbox is None
     sandbox = sandbox or Sandbox(workers=2, cpu_seconds=TIME_LIMIT_S, wall_timeout=TIME_LIMIT_S, memory_mb=512)
     try:
-        verdicts = sandbox.map([runtime_program(c, i, max_steps) for c, i in candidates])
+        verdicts = sandbox.map([runtime_program(c, i, max_steps) for c, i in candidates], result="__result")
     finally:
         if own:
             sandbox.close()

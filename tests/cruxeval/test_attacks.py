@@ -1,0 +1,290 @@
+"""The holes of issue #16: hostile programs that got through the sandbox or the scorer, one test (or more) each.
+
+Every test here failed on the sandbox and scorer before the fix (run against the committed code of that time),
+except ``test_abstract_unix_sockets_are_unreachable``, which guards what the network namespace already gave.
+"""
+
+import ast
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from zoo.cruxeval import score_answers, summarize
+from zoo.sandbox import Sandbox
+
+LIMITS = dict(cpu_seconds=2, memory_mb=256, wall_timeout=4, max_output_bytes=4096, file_size_mb=1, tmpfs_mb=8)
+
+
+def _gold(rows, mode):
+    return {r["id"]: [r["output"] if mode == "output" else f"f({r['input']})"] for r in rows}
+
+
+# -- 1. one sample must not disable a worker (cleanup that a deep tree defeats) ---------------------------
+
+DEEP_TREE = "import os\nos.chdir('/tmp')\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')"
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "fallback"])
+def test_deep_tree_left_behind_does_not_break_the_worker(isolate):
+    with Sandbox(workers=1, isolate=isolate, **LIMITS) as sb:
+        if isolate and not sb.isolation.get("private_tmp"):
+            pytest.skip(f"no private /tmp here: {sb.isolation.get('notes')}")
+        code = DEEP_TREE if isolate else DEEP_TREE.replace("os.chdir('/tmp')", "pass")  # fallback: its cwd
+        v = sb.run(code)
+        assert v.passed, (v.status, v.reason)
+        assert all(v.passed for v in sb.map(["assert 1 + 1 == 2"] * 5))
+        v = sb.run("import os\nassert os.listdir('.') == [] and os.listdir(os.environ['TMPDIR']) == []")
+        assert v.passed, v.reason
+        assert sb.restarts == 0
+
+
+def test_deep_tree_answer_costs_only_its_own_row(crux_rows):
+    # the issue's run: one hostile answer among gold answers took 143 other rows down with it
+    rows = crux_rows[:30]
+    answers = _gold(rows, "output")
+    answers[rows[0]["id"]] = ["[__import__('os').chdir('/tmp')] + [(__import__('os').mkdir('d'), "
+                              "__import__('os').chdir('d')) for _ in range(1500)]"]
+    with Sandbox(workers=1, **LIMITS) as sb:
+        results = score_answers(rows, answers, "output", sb, ks=[1])
+    assert [r.passed[0] for r in results] == [False] + [True] * (len(rows) - 1)
+    summary = summarize(results, [1])
+    assert summary["pass@1"] == pytest.approx(100 * 29 / 30)
+    assert summary["num_sandbox_errors"] == 0
+
+
+def test_harness_failure_is_rerun_once_on_a_fresh_worker():
+    with Sandbox(workers=1, **LIMITS) as sb:
+        assert sb.run("pass").passed
+        sb._all[0].proc.kill()  # the worker dies under the next batch: every job is rerun, none is lost
+        out = sb.map([f"print({i})" for i in range(4)])
+        assert [v.stdout for v in out] == [f"{i}\n" for i in range(4)]
+        assert all(v.status == "passed" for v in out)
+
+
+# -- 2. System V shared memory: a leak past the pool and a channel between samples -------------------------
+
+SHM_WRITE = """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shmid = libc.shmget({key}, {size}, 0o1666)  # IPC_CREAT | 0666
+if shmid >= 0:
+    addr = libc.shmat(shmid, None, 0)
+    ctypes.memset(addr, 1, {size})
+    ctypes.memmove(addr, b"{msg}", {n})
+    libc.shmdt(ctypes.c_void_p(addr))
+print("shmid", shmid)
+"""
+SHM_READ = """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shmid = libc.shmget({key}, 0, 0)
+if shmid >= 0:
+    print(ctypes.string_at(libc.shmat(shmid, None, 0), {n}))
+"""
+
+
+def _host_segments(key):
+    try:
+        lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except OSError:
+        return []
+    return [int(f.split()[1]) for f in lines if int(f.split()[0]) == key]
+
+
+def test_shared_memory_neither_leaks_nor_connects_samples():
+    key, msg = secrets.randbelow(2 ** 30) + 1, secrets.token_hex(8)
+    size = 8 << 20
+    try:
+        with Sandbox(workers=1, **LIMITS) as sb:  # one worker: both samples meet in the same zygote
+            w = sb.run(SHM_WRITE.format(key=key, size=size, msg=msg, n=len(msg)))
+            r = sb.run(SHM_READ.format(key=key, n=len(msg)))
+            assert w.passed and r.passed, (w.reason, r.reason)
+            assert msg not in r.stdout  # no channel from one sample to the next
+        assert _host_segments(key) == []  # nothing allocated outlives the sandbox
+    finally:
+        import ctypes
+
+        for shmid in _host_segments(key):  # the old sandbox left them behind: do not leak on the machine
+            ctypes.CDLL(None).shmctl(shmid, 0, None)  # IPC_RMID
+
+
+# -- 3. Unix-domain sockets on the filesystem: the network namespace does not cover them --------------------
+
+CLIENTS = {
+    "stream": "import socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ns.settimeout(2)\n"
+              "s.connect({path!r})\ns.sendall(b'hello')\nprint(s.recv(16))",
+    "datagram_pair": "import socket\na, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                     "a.sendto(b'hello', {path!r})",
+}
+
+
+@pytest.fixture
+def host_socket(request):
+    """A host process listening on a Unix socket in a directory the old sandbox showed (the repo's tests)."""
+    kind = request.param
+    path = str(Path(__file__).resolve().parent / f".zoo-sock-{os.getpid()}-{secrets.token_hex(3)}")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM if kind == "stream" else socket.SOCK_DGRAM)
+    server.bind(path)
+    os.chmod(path, 0o777)
+    got = []
+
+    def serve():
+        server.settimeout(6)
+        try:
+            if kind == "stream":
+                server.listen(1)
+                conn, _ = server.accept()
+                got.append(conn.recv(16))
+                conn.sendall(b"pong")
+                conn.close()
+            else:
+                got.append(server.recv(16))
+        except OSError:
+            pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield kind, path, got
+    finally:
+        server.close()
+        os.unlink(path)
+
+
+@pytest.mark.parametrize("host_socket", sorted(CLIENTS), indirect=True)
+@pytest.mark.parametrize("exposed", [False, True], ids=["hidden_dir", "exposed_dir"])
+def test_host_unix_sockets_are_unreachable(host_socket, exposed):
+    kind, path, got = host_socket
+    # exposed: the socket's directory is visible on purpose; the syscall filter must still refuse
+    extra = dict(expose=[os.path.dirname(path)]) if exposed else {}
+    with Sandbox(workers=1, **LIMITS, **extra) as sb:
+        v = sb.run(CLIENTS[kind].format(path=path))
+    assert not v.passed, v.stdout
+    assert got == []
+
+
+def test_abstract_unix_sockets_are_unreachable():
+    name = f"\0zoo-test-{secrets.token_hex(4)}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(name)
+    server.listen(1)
+    try:
+        with Sandbox(workers=1, **LIMITS) as sb:
+            v = sb.run(CLIENTS["stream"].format(path=name))
+    finally:
+        server.close()
+    assert not v.passed
+
+
+# -- 4. a model answer forging a pass ----------------------------------------------------------------------
+
+# Finds the runner's frame (it holds the verdict channel's nonce), writes a passing report itself and exits:
+# against the old sandbox this constant answer scored pass@1 = 100 on every row in both tasks.
+_FIND_RUNNER = ("(lambda w: w(w, __import__('sys')._getframe()))"
+                "(lambda w, fr: fr if fr is None or 'nonce' in fr.f_locals else w(w, fr.f_back))")
+FORGE_OLD = ("f((lambda fr, os: (os.write(3, ('{\"nonce\": \"%s\", \"status\": \"ok\", \"error\": \"\"}' "
+             f"% fr.f_locals['nonce']).encode()), os._exit(0)))({_FIND_RUNNER}, __import__('os')))")
+# The same idea against the current protocol: report "ran to its end, value True".
+FORGE_NEW = "f((__import__('os').write(3, b'ok\\nTrue'), __import__('os')._exit(0)))"
+
+
+@pytest.mark.parametrize("compat", [None, "strict", "official"])
+@pytest.mark.parametrize("mode", ["output", "input"])
+def test_answers_cannot_forge_a_pass(crux_rows, sandbox, mode, compat):
+    rows = crux_rows[:25]
+    kw = {} if compat is None else {"compat": compat}
+    forged = score_answers(rows, {r["id"]: [FORGE_OLD] for r in rows}, mode, sandbox, ks=[1], **kw)
+    assert summarize(forged, [1])["pass@1"] == 0.0
+    # Against the new protocol a forger only chooses a value (here True): it can do no better than the
+    # plain answer `True` (output task) and nothing at all where the value must be f's arguments (input task).
+    forged = score_answers(rows, {r["id"]: [FORGE_NEW] for r in rows}, mode, sandbox, ks=[1], **kw)
+    for row, res in zip(rows, forged):
+        assert not res.passed[0] or (mode == "output" and ast.literal_eval(row["output"]) == True)  # noqa: E712
+
+
+# -- 5. operator precedence in the check program ------------------------------------------------------------
+
+PRECEDENCE = {"output": "None or True", "input": "f(0) if False else True"}
+
+
+@pytest.mark.parametrize("mode", ["output", "input"])
+def test_precedence_abuse_fails_unless_official(crux_rows, sandbox, mode):
+    rows = [r for r in crux_rows[:60] if ast.literal_eval(r["output"]) not in (True, None)][:20]
+    answers = {r["id"]: [PRECEDENCE[mode]] for r in rows}
+    assert summarize(score_answers(rows, answers, mode, sandbox, ks=[1]), [1])["pass@1"] == 0.0  # default
+    assert summarize(score_answers(rows, answers, mode, sandbox, ks=[1], compat="strict"), [1])["pass@1"] == 0.0
+    # the official harness pastes the answer unparenthesised and so passes it: compat="official" reproduces that
+    with pytest.warns(RuntimeWarning, match="judged inside their own process"):
+        official = score_answers(rows, answers, mode, sandbox, ks=[1], compat="official")
+    assert summarize(official, [1])["pass@1"] == 100.0
+    assert summarize(official, [1])["num_in_process_verdicts"] == len(rows)
+
+
+# -- 6. verdicts must not depend on other sandboxes running on the machine ---------------------------------
+
+EXEC_SHELL = "import os\nos.execv('/bin/sh', ['sh', '-c', 'echo pwned > x; exit 0'])"
+
+
+def _descendants_with_uid(pid, uid):
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{d}/status").read_text().splitlines()
+                              if ":\t" in line)
+            except OSError:
+                continue
+            children.setdefault(int(fields["PPid"]), []).append((int(d), int(fields["Uid"].split()[0])))
+    found, todo = [], [pid]
+    while todo:
+        for child, child_uid in children.get(todo.pop(), []):
+            todo.append(child)
+            if child_uid == uid:
+                found.append(child)
+    return found
+
+
+def test_verdicts_do_not_depend_on_other_sandboxes():
+    # A sample of another sandbox runs (as root: under the same uid `nobody`) while this one execs a shell:
+    # with per-user limits shared between sandboxes, the exec failed with EAGAIN (BlockingIOError).
+    with Sandbox(workers=1, **LIMITS) as other, Sandbox(workers=1, **LIMITS) as sb:
+        uid = other.isolation.get("sample_uid", 65534 if os.geteuid() == 0 else os.getuid())
+        sb.isolation  # both pools started
+        busy = threading.Thread(target=other.run, args=("import time\ntime.sleep(1.5)",))
+        busy.start()
+        deadline = time.monotonic() + 10
+        while not _descendants_with_uid(other._all[0].proc.pid, uid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _descendants_with_uid(other._all[0].proc.pid, uid), "the other sandbox's sample never started"
+        v = sb.run(EXEC_SHELL)
+        fork = sb.run("import os\nos.fork()")
+        busy.join()
+    assert v.status == "exited", (v.status, v.reason)
+    assert fork.status == "error" and "BlockingIOError" in fork.reason
+
+
+def test_pool_graceful_close_reaps_every_process():
+    # closing the pool ends each zygote by end of input: its samples are reaped (their CPU time is counted)
+    sb = Sandbox(workers=2, **LIMITS)
+    sb.map(["x = sum(range(10 ** 5))"] * 4)
+    procs = [w.proc for w in sb._all]
+    sb.close()
+    assert all(p.returncode == 0 for p in procs)
+
+
+def test_results_cannot_smuggle_objects(sandbox):
+    # the parent only ever parses data: a result whose repr is code is refused, not executed
+    v = sandbox.run("class X:\n    def __repr__(self):\n        return \"__import__('os').system('true')\"\nx = X()",
+                    result="x")
+    assert not v.passed and v.status == "error" and "not plain data" in v.reason
+    v = sandbox.run("print('ok\\n123')", result="[1, (2, 3), {'a': {4}}, b'x', None]")
+    assert v.passed and v.value == [1, (2, 3), {"a": {4}}, b"x", None] and v.stdout == "ok\n123\n"
+    v = sandbox.run("pass", result="'x' * (1 << 21)")
+    assert v.status == "output_limit"
+    assert json.dumps(sandbox.isolation)  # the isolation report stays plain data
