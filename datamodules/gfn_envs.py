@@ -1,0 +1,233 @@
+"""GFlowNet environments of GFN-PG (Niu et al., ICML 2024): the hypergrid and Bayesian-network structure learning.
+
+A GFlowNet has no dataset: the datamodule builds the environment (``self.env``, used by ``zoo.gfnpg.GFNPGModule``)
+and serves one batch per training iteration (``n_iterations`` of them) and one batch per evaluation.
+
+Sources (explicit and logged, never a silent fallback):
+* ``hypergrid``: computed from (height, ndim, R0, R1, R2); ``source`` must be ``embedded``.
+* ``bn``, ``source: embedded``: ``n_samples`` observations of a linear-Gaussian Erdos-Renyi network drawn with
+  ``numpy.random.default_rng(seed)`` in the official generator's order of draws (``data_dag/graph.py``: edge
+  coin flips, node permutation, edge weights N(0, 1) without bias, ancestral sampling with noise scale 0.1);
+  the official runs use seed 0 (``get_scorer(args, rng=default_rng(0))``).
+* ``bn``, ``source: local``: ``data_path``, a CSV with a header of variable names and one observation per row (the
+  official data frame written with ``DataFrame.to_csv(index=False)``); columns in node order.
+* the DAG list: every DAG on ``n_nodes`` nodes, enumerated (``zoo.gfnpg.bn.enumerate_dags``, the official order),
+  or ``dag_list_path``, the official ``DAG-5-list.npy`` (``np.save`` of an (29281, 25) int array of row-major flat
+  adjacency matrices; repository github.com/niupuhua1234/GFN-PG, file ``gfn-pg/DAG-5-list.npy``).
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Literal, Optional
+
+import lightning.pytorch as L
+import networkx as nx
+import numpy as np
+import pandas as pd
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader
+
+from zoo.errors import ZooError
+from zoo.gfnpg.bn import MAX_ENUMERATED_NODES, bge_local_scores, check_dag_list, enumerate_dags
+from zoo.gfnpg.envs import DAGEnv, GFNEnv, Guide, Hypergrid
+
+# Official DAG guide (trajectory_RL.py, DAG_BN()): stop logit <= log 1e-10 where log R <= 75.
+BN_GUIDE_LOG_REWARD_MAX = 75.0
+BN_GUIDE_EPS = 1e-10
+GRID_GUIDE_EPS = 1e-5
+
+
+def node_names(n: int) -> list[str]:
+    return list(string.ascii_uppercase[:n]) if n <= 26 else [f"X{i}" for i in range(n)]
+
+
+def sample_erdos_renyi_linear_gaussian(n_nodes: int, n_edges: int, n_samples: int, rng: np.random.Generator,
+                                       obs_noise: float = 0.1) -> tuple[np.ndarray, pd.DataFrame]:
+    """(adjacency, observations) in the official generator's order of random draws.
+
+    Edge probability ``n_edges / (n(n-1)/2)``, lower-triangular coin flips, a random node permutation; per node
+    (in node order) weights ``N(0, 1)`` for [bias, parents] with the bias set to 0; ancestral sampling in networkx's
+    topological order with ``rng.normal(mean, obs_noise)`` (the official sampler passes the CPD's variance 0.1 as the
+    normal's scale, so 0.1 is the noise standard deviation)."""
+    if n_nodes < 2:
+        raise ZooError(f"a Bayesian network needs n_nodes >= 2, got {n_nodes}")
+    max_edges = n_nodes * (n_nodes - 1) / 2
+    if not 0 <= n_edges <= max_edges:
+        raise ZooError(f"n_edges={n_edges} must lie in [0, {max_edges:g}] for {n_nodes} nodes")
+    p = n_edges / max_edges
+    adj = np.tril(rng.binomial(1, p=p, size=(n_nodes, n_nodes)), k=-1)
+    perm = rng.permutation(n_nodes)
+    adj = adj[perm, :][:, perm]
+    names = node_names(n_nodes)
+    graph = nx.from_numpy_array(adj, create_using=nx.DiGraph)
+    nx.relabel_nodes(graph, dict(enumerate(names)), copy=False)  # as the official code: edge order follows it
+    thetas = {}
+    for node in graph.nodes:
+        parents = list(graph.predecessors(node))
+        theta = rng.normal(0.0, 1.0, size=(len(parents) + 1,))
+        theta[0] = 0.0
+        thetas[node] = (parents, theta)
+    samples: dict[str, np.ndarray] = {}
+    for node in nx.topological_sort(graph):
+        parents, theta = thetas[node]
+        if parents:
+            mean = theta[0] + theta[1:] @ np.vstack([samples[q] for q in parents])
+            samples[node] = rng.normal(mean, obs_noise)
+        else:
+            samples[node] = rng.normal(theta[0], obs_noise, size=(n_samples,))
+    return adj, pd.DataFrame({name: samples[name] for name in names})
+
+
+def read_observations(path: str, n_nodes: int) -> pd.DataFrame:
+    file = Path(path)
+    if not file.is_file():
+        raise ZooError(f"BN data file {path} not found: write the observations as CSV with a header of variable names "
+                       "and one row per sample (or use source: embedded, the seeded Erdos-Renyi linear-Gaussian "
+                       "generator of the official data_dag/graph.py)")
+    try:
+        frame = pd.read_csv(file)
+    except (ValueError, pd.errors.ParserError) as e:
+        raise ZooError(f"BN data file {path} is not a readable CSV ({e})") from e
+    if frame.shape[1] != n_nodes:
+        raise ZooError(f"BN data file {path} has {frame.shape[1]} columns {list(frame.columns)[:8]}; n_nodes={n_nodes}")
+    bad = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    if bad or frame.isna().any().any():
+        raise ZooError(f"BN data file {path} must hold numbers only; non-numeric or missing values in {bad or 'rows'}")
+    return frame
+
+
+def read_dag_list(path: str, n_nodes: int) -> torch.Tensor:
+    file = Path(path)
+    if not file.is_file():
+        raise ZooError(f"DAG list {path} not found: it is gfn-pg/DAG-{n_nodes}-list.npy of "
+                       "github.com/niupuhua1234/GFN-PG (a Git LFS file); or leave dag_list_path unset to enumerate "
+                       "every DAG here")
+    try:
+        dags = np.load(file, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise ZooError(f"DAG list {path} is not a .npy array ({e})") from e
+    return check_dag_list(dags, n_nodes, path)
+
+
+class GFNEnvDataModule(L.LightningDataModule):
+    """Args:
+    env: ``hypergrid`` or ``bn`` (5-node Bayesian-network structure learning with the BGe score).
+    n_iterations: training iterations (batches of the one training epoch; official 2000).
+    height, ndim, R0, R1, R2: the hypergrid (official train.py: 256, 2, 0.01, 0.5, 2.0).
+    source: ``embedded`` (computed / seeded generator) or ``local`` (``data_path``; BN only).
+    data_path: CSV of BN observations (source local).
+    dag_list_path: the official ``DAG-5-list.npy``; unset: every DAG enumerated here (same order).
+    n_nodes, n_edges, n_samples, obs_noise, seed: the seeded BN generator (official 5, 5, 100, 0.1, 0).
+    alpha_mu, alpha_w: BGe hyper-parameters (official 1 and n_nodes + 2; ``None`` = n_nodes + 2).
+    guide: give the environment RL-G's guided pi_G (hypergrid: stop logit <= log 1e-5 where R <= R0; DAGs: stop
+        logit <= log 1e-10 where log R <= 75, as in the official code).
+    guide_log_reward_max, guide_eps: override the guide's threshold / cap (``None`` = the official values above).
+    """
+
+    def __init__(
+        self,
+        env: Literal["hypergrid", "bn"] = "hypergrid",
+        n_iterations: int = 2000,
+        height: int = 8,
+        ndim: int = 2,
+        R0: float = 0.1,
+        R1: float = 0.5,
+        R2: float = 2.0,
+        source: Literal["embedded", "local"] = "embedded",
+        data_path: Optional[str] = None,
+        dag_list_path: Optional[str] = None,
+        n_nodes: int = 5,
+        n_edges: int = 5,
+        n_samples: int = 100,
+        obs_noise: float = 0.1,
+        seed: int = 0,
+        alpha_mu: float = 1.0,
+        alpha_w: Optional[float] = None,
+        guide: bool = True,
+        guide_log_reward_max: Optional[float] = None,
+        guide_eps: Optional[float] = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        if env not in ("hypergrid", "bn"):
+            raise ZooError(f"unknown GFlowNet environment {env!r}: choose 'hypergrid' or 'bn'")
+        if source not in ("embedded", "local"):
+            raise ZooError(f"unknown source {source!r}: choose 'embedded' or 'local'")
+        if env == "hypergrid" and source != "embedded":
+            raise ZooError("the hypergrid is computed, not read: use source: embedded")
+        if env == "bn" and source == "local" and not data_path:
+            raise ZooError("source: local needs data_path (a CSV of observations with a header of variable names)")
+        if n_iterations < 1:
+            raise ZooError(f"n_iterations must be >= 1, got {n_iterations}")
+        if env == "bn" and n_nodes > MAX_ENUMERATED_NODES:
+            raise ZooError(f"the DAG task enumerates every DAG for exact metrics: n_nodes <= {MAX_ENUMERATED_NODES}, "
+                           f"got {n_nodes}")
+        self.env: Optional[GFNEnv] = None
+        self.true_graph: Optional[np.ndarray] = None
+        self.data: Optional[pd.DataFrame] = None
+
+    def _guide(self, default_max: float, default_eps: float) -> Optional[Guide]:
+        hp = self.hparams
+        if not hp.guide:
+            return None
+        eps = default_eps if hp.guide_eps is None else hp.guide_eps
+        if not 0 < eps <= 1:
+            raise ZooError(f"guide_eps must lie in (0, 1], got {eps}")
+        return Guide(default_max if hp.guide_log_reward_max is None else hp.guide_log_reward_max, float(np.log(eps)))
+
+    def build_env(self) -> GFNEnv:
+        hp = self.hparams
+        if hp.env == "hypergrid":
+            env = Hypergrid(hp.height, hp.ndim, hp.R0, hp.R1, hp.R2)
+            env.guide = self._guide(env.guide.log_reward_max, GRID_GUIDE_EPS)
+            rank_zero_info(f"[gfn_envs] source=embedded: {env.describe()}, {env.n_states:,} states")
+            return env
+        if hp.source == "local":
+            self.data = read_observations(hp.data_path, hp.n_nodes)
+            origin = f"local CSV {hp.data_path}"
+        else:
+            self.true_graph, self.data = sample_erdos_renyi_linear_gaussian(
+                hp.n_nodes, hp.n_edges, hp.n_samples, np.random.default_rng(hp.seed), hp.obs_noise)
+            origin = (f"embedded: {hp.n_samples} samples of a seeded (seed {hp.seed}) Erdos-Renyi linear-Gaussian "
+                      f"network with {int(self.true_graph.sum())} edges")
+        if hp.dag_list_path:
+            dags, dag_origin = read_dag_list(hp.dag_list_path, hp.n_nodes), f"DAG list {hp.dag_list_path}"
+        else:
+            dags, dag_origin = enumerate_dags(hp.n_nodes), "DAGs enumerated"
+        scores = bge_local_scores(self.data.to_numpy(), alpha_mu=hp.alpha_mu, alpha_w=hp.alpha_w)
+        env = DAGEnv(scores, dags, guide=self._guide(BN_GUIDE_LOG_REWARD_MAX, BN_GUIDE_EPS), name="bn-bge")
+        self.origin = f"{origin}; {dag_origin} ({len(dags):,})"
+        rank_zero_info(f"[gfn_envs] source={hp.source}: {self.origin}; BGe reward, {env.describe()}")
+        return env
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.env is None:
+            self.env = self.build_env()
+
+    # -------------------------------------------------------------------------------------------- loaders
+    def train_dataloader(self):
+        return DataLoader(torch.arange(self.hparams.n_iterations), batch_size=1)  # one batch per iteration
+
+    def _one(self):
+        return DataLoader(torch.zeros(1), batch_size=1)
+
+    def val_dataloader(self):
+        return self._one()
+
+    def test_dataloader(self):
+        return self._one()
+
+    def predict_dataloader(self):
+        return self._one()
+
+    def card_metadata(self) -> dict:
+        hp = self.hparams
+        if hp.env == "hypergrid":
+            line = f"embedded: hypergrid H={hp.height}, d={hp.ndim}, R0={hp.R0}, R1={hp.R1}, R2={hp.R2}"
+        else:
+            self.setup()
+            line = f"{self.origin}; BGe score"
+        return {"data_source": line}

@@ -1,0 +1,166 @@
+"""Policies (MLPs over state features, masked softmax) and batched forward/backward trajectories."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+
+from zoo.gfnpg.envs import GFNEnv, Guide
+
+# Logit of a masked action: finite, as the official code (inf_value=-1e5), so that KL terms p * (log p - log q) of
+# masked actions are 0 * finite instead of 0 * (-inf + inf) = NaN; exp(-1e5) is exactly 0 in float32 and float64.
+MASKED_LOGIT = -1e5
+
+
+def mlp(in_dim: int, out_dim: int, hidden_dim: int = 256, n_hidden_layers: int = 4) -> nn.Sequential:
+    """The official ``NeuralNet``: ``n_hidden_layers`` Linear+ReLU layers of width ``hidden_dim``, then a linear head."""
+    layers: list[nn.Module] = [nn.Linear(in_dim, hidden_dim), nn.ReLU()]
+    for _ in range(n_hidden_layers - 1):
+        layers += [nn.Linear(hidden_dim, hidden_dim), nn.ReLU()]
+    layers.append(nn.Linear(hidden_dim, out_dim))
+    return nn.Sequential(*layers)
+
+
+def net_input(env: GFNEnv, net: nn.Module, states: torch.Tensor) -> torch.Tensor:
+    p = next(net.parameters())
+    return env.features(states).to(device=p.device, dtype=p.dtype)
+
+
+def policy_log_probs(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
+                     guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """log pi(.|s) over all actions, masked. ``net=None`` is the uniform policy (zero logits: uniform over the legal
+    actions, the official ``Uniform`` module). ``guide`` caps the stop logit (RL-G's pi_G, forward only)."""
+    n_out = env.n_actions - 1 if backward else env.n_actions
+    if net is None:
+        logits = torch.zeros(len(states), n_out, dtype=dtype, device=states.device)
+    else:
+        logits = net(net_input(env, net, states))
+    mask = env.backward_masks(states) if backward else env.forward_masks(states)
+    logits = logits.masked_fill(~mask, MASKED_LOGIT)
+    if guide is not None:
+        low = env.log_reward(states) <= guide.log_reward_max
+        capped = torch.minimum(logits[:, -1], torch.full_like(logits[:, -1], guide.log_eps))
+        logits = torch.cat([logits[:, :-1], torch.where(low, capped, logits[:, -1])[:, None]], dim=1)
+    return logits.log_softmax(-1)
+
+
+def sample_actions(log_probs: torch.Tensor) -> torch.Tensor:
+    """One action per row of a (B, A) log-probability table, by the Gumbel-max trick (exact, and cheaper than
+    building a ``Categorical`` at every step)."""
+    return (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(-1)
+
+
+@dataclass
+class Trajectories:
+    """A batch of padded trajectories.
+
+    Forward: ``states[t]`` for ``t < lengths`` are s_0 .. x (x = ``states[lengths-1]``), ``actions[t]`` the action taken
+    there, the last one the stop action. Backward: ``states[0]`` = x, ``states[lengths]`` = s_0, ``actions[t]`` the
+    backward action from ``states[t]``. Padding: states -1, actions -1.
+    """
+
+    states: torch.Tensor  # (L+1, B, state_dim) long
+    actions: torch.Tensor  # (L, B) long
+    lengths: torch.Tensor  # (B,) number of actions
+    backward: bool = False
+
+    @property
+    def valid(self) -> torch.Tensor:
+        return torch.arange(self.actions.shape[0], device=self.actions.device)[:, None] < self.lengths[None, :]
+
+    @property
+    def is_stop(self) -> torch.Tensor:
+        """(L, B) True at the stop step of forward trajectories."""
+        t = torch.arange(self.actions.shape[0], device=self.actions.device)[:, None]
+        return (t == self.lengths[None, :] - 1) & (not self.backward)
+
+    @property
+    def terminal_states(self) -> torch.Tensor:
+        if self.backward:
+            return self.states[0]
+        return self.states[self.lengths - 1, torch.arange(len(self.lengths), device=self.lengths.device)]
+
+    def __len__(self) -> int:
+        return int(self.lengths.shape[0])
+
+
+@torch.no_grad()
+def sample_forward(env: GFNEnv, pf: Optional[nn.Module], n: int, device=None) -> Trajectories:
+    """n on-policy trajectories from s0 with pi_F (every trajectory ends with the stop action)."""
+    s = env.s0(n, device)
+    done = torch.zeros(n, dtype=torch.bool, device=s.device)
+    states, actions = [s], []
+    stop = env.n_actions - 1
+    while not done.all():
+        act = torch.full((n,), -1, dtype=torch.long, device=s.device)
+        live = ~done
+        logp = policy_log_probs(env, pf, s[live])
+        act[live] = sample_actions(logp)
+        moving = live & (act != stop)
+        nxt = torch.full_like(s, -1)
+        nxt[moving] = env.step(s[moving], act[moving])
+        done = done | (act == stop)
+        actions.append(act)
+        states.append(nxt)
+        s = nxt
+    a = torch.stack(actions)
+    return Trajectories(torch.stack(states), a, (a >= 0).sum(0), backward=False)
+
+
+@torch.no_grad()
+def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor) -> Trajectories:
+    """Backward trajectories from the terminal states ``x`` to s0 with pi_B (``None``: uniform)."""
+    s = x.clone()
+    lengths = env.level(x)
+    states, actions = [s], []
+    for _ in range(int(lengths.max()) if len(x) else 0):
+        live = env.level(s) > 0
+        act = torch.full((len(x),), -1, dtype=torch.long, device=s.device)
+        act[live] = sample_actions(policy_log_probs(env, pb, s[live], backward=True))
+        nxt = torch.full_like(s, -1)
+        nxt[live] = env.backward_step(s[live], act[live])
+        actions.append(act)
+        states.append(nxt)
+        s = nxt
+    a = torch.stack(actions) if actions else torch.zeros(0, len(x), dtype=torch.long, device=x.device)
+    return Trajectories(torch.stack(states), a, lengths, backward=True)
+
+
+def forward_log_probs(env: GFNEnv, pf: Optional[nn.Module], traj: Trajectories, guide: Optional[Guide] = None,
+                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(L, B) log pi_F of every transition (0 at padding). On a backward trajectory the forward transition of step
+    t is states[t+1] -> states[t], taken by forward action actions[t]; the stop action is not part of it."""
+    valid = traj.valid
+    parents = traj.states[1:][valid] if traj.backward else traj.states[:-1][valid]
+    acts = traj.actions[valid]
+    out = torch.zeros(valid.shape, dtype=dtype, device=valid.device)
+    lp = policy_log_probs(env, pf, parents, guide=guide, dtype=dtype)
+    return out.masked_scatter(valid, lp.gather(1, acts[:, None])[:, 0].to(dtype))
+
+
+def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories,
+                       dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(L, B) log pi_B(s_t | s_{t+1}) of every move (0 at the stop step and at padding)."""
+    if traj.backward:
+        moves = traj.valid
+        children = traj.states[:-1][moves]
+    else:
+        moves = traj.valid & ~traj.is_stop
+        children = traj.states[1:][moves]
+    acts = traj.actions[moves]
+    out = torch.zeros(moves.shape, dtype=dtype, device=moves.device)
+    if not moves.any():
+        return out
+    lp = policy_log_probs(env, pb, children, backward=True, dtype=dtype)
+    return out.masked_scatter(moves, lp.gather(1, acts[:, None])[:, 0].to(dtype))
+
+
+def state_values(env: GFNEnv, net: nn.Module, traj: Trajectories) -> torch.Tensor:
+    """(L, B) net(s_t) at the states where an action is taken (0 at padding): V for the critic, log F for DB/SubTB."""
+    valid = traj.valid
+    p = next(net.parameters())
+    out = torch.zeros(valid.shape, dtype=p.dtype, device=valid.device)
+    return out.masked_scatter(valid, net(net_input(env, net, traj.states[:-1][valid]))[:, 0])
