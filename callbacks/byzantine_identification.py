@@ -1,0 +1,430 @@
+"""ByMI under DDP: every rank is a machine, a trusted rank plays the master, flagged ranks can be excluded.
+
+`ByzantineIdentification` works with any LightningModule trained with a DDP strategy. Every ``every_n_steps``
+optimizer steps, at the start of the step:
+
+1. each rank splits its local batch in two halves (stratified by the labels at ``label_index`` when asked) and
+   computes ``g1, g2`` = gradients of the module's loss on each half at the current parameters, with
+   ``torch.autograd.grad`` on the unwrapped module (DDP's reducer never sees these backward passes), optionally
+   restricted to ``parameters`` (name globs) and/or compressed by a seeded random projection that every rank draws
+   identically;
+2. ``trainer.strategy.all_gather`` collects them; the trusted rank also sends Σ₀, the covariance of its per-sample
+   gradients (needed by the spectral filter), by broadcast;
+3. every rank runs the same `zoo.bymi.bymi` (same inputs, same result): W per worker rank, the knockoff+ threshold
+   and the flagged ranks. They are logged (``byzantine/W/rank<r>``, ``byzantine/threshold``,
+   ``byzantine/n_flagged``) and written to ``<run dir>/byzantine/step_<N>.csv`` (rank 0).
+4. With ``action="exclude"`` a DDP communication hook averages the gradient over the unflagged ranks only (a
+   flagged rank's bucket is weighted 0, the others 1/#unflagged) from that step until the next check.
+
+The loss is the module's ``training_loss(batch)`` if it has one, otherwise its ``training_step(batch, idx)`` with
+logging switched off for that call. Knockoff+ rejects only sets of at least ⌈1/α⌉ scores, so a world size with
+fewer workers is an error; ``offset=0`` lifts this at the price of controlling only the modified FDR
+E[V/(R + 1/α)] instead of the FDR. The master-only estimator is biased when the master's batch is no larger than
+a worker's: its own sampling error enters every W as +‖μ̂ − μ‖²_Ω (the card quantifies this).
+
+`ByzantineAttack` turns chosen ranks Byzantine, for demonstrations and tests: ``ood`` and ``label_flip`` corrupt
+the rank's batch in place (both its training gradient and what it reports), ``grad`` and ``ipm`` replace the
+split-half gradients the rank reports to the identification (its training gradient stays honest). It must come
+before `ByzantineIdentification` in the callback list.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import hashlib
+import math
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import lightning.pytorch as L
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import Callback
+from safetensors.torch import save_file
+
+from zoo.bymi.attacks import ipm, ood_features, random_gradient
+from zoo.bymi.identify import Estimator, bymi, check_finite
+from zoo.bymi.models import covariance
+from zoo.bymi.threshold import min_rejection_size
+from zoo.errors import ZooError
+
+PROJECTION_CHUNK = 1 << 20  # parameter entries per block of the random projection drawn at a time
+
+
+# ------------------------------------------------------------------------------------------------ batches
+def split_batch(batch: Any, generator: torch.Generator, stratify: bool = True, label_index: int | str = 1
+                ) -> tuple[Any, Any]:
+    """Two halves of a tuple/list/dict batch of tensors sharing dim 0; stratified by the integer labels at
+    ``label_index`` (each class's samples shuffled and halved, odd extras alternating between the halves)."""
+    if isinstance(batch, dict):
+        tensors = batch
+    elif isinstance(batch, (tuple, list)):
+        tensors = dict(enumerate(batch))
+    else:
+        raise ZooError(f"cannot split a batch of type {type(batch).__name__}; use tuples, lists or dicts of tensors")
+    n = len(next(iter(tensors.values())))
+    if n < 2:
+        raise ZooError(f"a batch of {n} sample cannot be split in two halves")
+    keys = torch.rand(n, generator=generator, dtype=torch.float64)
+    if stratify:
+        if label_index not in tensors:
+            raise ZooError(f"stratify=True but the batch has no element {label_index!r} with labels")
+        y = tensors[label_index].reshape(-1).long().cpu()
+        classes, counts = torch.unique(y, return_counts=True)
+        if bool((counts == 1).any()):
+            c = int(classes[counts == 1][0])
+            raise ZooError(f"the batch has a single sample of class {c}, so a stratified half split would leave it "
+                           "out of one half; use larger batches or stratify=False")
+        order = torch.argsort(y.double() * 2 + keys)  # by class, random within class
+        sorted_y = y[order]
+        start = torch.cumsum(counts, 0) - counts
+        rank = torch.arange(n) - start[torch.searchsorted(classes, sorted_y)]
+        odd = counts % 2 == 1
+        extra = ((torch.cumsum(odd.long(), 0) - odd.long()) % 2) * odd.long()
+        second = rank < (counts // 2 + extra)[torch.searchsorted(classes, sorted_y)]
+        idx2, idx1 = order[second].sort().values, order[~second].sort().values
+    else:
+        order = torch.argsort(keys)
+        idx1, idx2 = order[n // 2:].sort().values, order[: n // 2].sort().values
+
+    def take(idx):
+        out = {k: v[idx.to(v.device)] for k, v in tensors.items()}
+        if isinstance(batch, dict):
+            return out
+        return type(batch)(out[i] for i in range(len(batch)))
+
+    return take(idx1), take(idx2)
+
+
+def module_loss(pl_module: L.LightningModule, batch: Any) -> torch.Tensor:
+    """The module's scalar training loss on ``batch``: ``training_loss`` if defined, else ``training_step`` with
+    ``self.log`` silenced for this call (so the extra forward passes never reach the loggers)."""
+    if callable(getattr(pl_module, "training_loss", None)):
+        out = pl_module.training_loss(batch)
+    else:
+        log = pl_module.log
+        pl_module.log = lambda *a, **k: None
+        try:
+            out = pl_module.training_step(batch, 0)
+        finally:
+            pl_module.log = log
+    if isinstance(out, dict):
+        out = out.get("loss")
+    if not isinstance(out, torch.Tensor) or out.numel() != 1:
+        raise ZooError("ByzantineIdentification needs a scalar loss from training_loss/training_step")
+    return out.reshape(())
+
+
+class _LossOf(torch.nn.Module):
+    """The module's loss as a forward pass, so that `torch.func.functional_call` can swap its parameters."""
+
+    def __init__(self, module: L.LightningModule):
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        return module_loss(self.module, batch)
+
+
+# ------------------------------------------------------------------------------------------------ callbacks
+class ByzantineAttack(Callback):
+    def __init__(self, ranks: list[int], attack: Literal["ood", "label_flip", "grad", "ipm"] = "ood",
+                 n_classes: Optional[int] = None, feature_index: int | str = 0, label_index: int | str = 1,
+                 ood_s: float = 0.7, ood_b: float = 1.0, ood_s2: float = 0.2, grad_sig: float = 0.7,
+                 grad_b1: float = 0.8, ipm_c: float = 0.2, seed: int = 0):
+        """
+        Args:
+            ranks: the Byzantine global ranks (never the trusted rank of the identification).
+            attack: ``ood`` (features ← s·x + b·v + s2·ξ, one v for all attacked ranks), ``label_flip``
+                (y ← K−1−y, needs n_classes), ``grad`` (random gradients) or ``ipm`` (−c × the normal mean).
+            feature_index, label_index: where features and labels sit in a batch (tuple index or dict key).
+            ood_s, ood_b, ood_s2, grad_sig, grad_b1, ipm_c: strengths (the paper's defaults).
+            seed: the attack's own random stream (v, noise), independent of training.
+        """
+        super().__init__()
+        if attack not in ("ood", "label_flip", "grad", "ipm"):
+            raise ZooError(f"unknown attack {attack!r}; choose ood, label_flip, grad or ipm")
+        if attack == "label_flip" and not n_classes:
+            raise ZooError("label_flip needs n_classes")
+        self.ranks, self.attack, self.n_classes = sorted(set(ranks)), attack, n_classes
+        self.feature_index, self.label_index = feature_index, label_index
+        self.ood = (ood_s, ood_b, ood_s2)
+        self.grad = (grad_sig, grad_b1)
+        self.ipm_c, self.seed = ipm_c, seed
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        bad = [r for r in self.ranks if not 0 <= r < trainer.world_size]
+        if bad:
+            raise ZooError(f"ByzantineAttack ranks {bad} do not exist in a world of {trainer.world_size}")
+
+    def corrupt_batch(self, batch: Any, rank: int, step: int) -> None:
+        """The data attacks, in place on this rank's batch (a no-op on normal ranks and for gradient attacks)."""
+        if rank not in self.ranks or self.attack not in ("ood", "label_flip"):
+            return
+        if self.attack == "label_flip":
+            y = batch[self.label_index]
+            y.copy_(self.n_classes - 1 - y)
+            return
+        x = batch[self.feature_index]
+        v = torch.randn(x.shape[-1], generator=torch.Generator().manual_seed(self.seed), dtype=torch.float64)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + 7919 * (step + 1) + rank)
+        s, b, s2 = self.ood
+        x.copy_(ood_features(x.detach().double().cpu(), v, gen, s, b, s2).to(x))
+
+    def corrupt_reports(self, g1: torch.Tensor, g2: torch.Tensor, n_local: int, trusted: int, step: int
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gradient attacks on the gathered reports (world, d), identical on every rank."""
+        if self.attack not in ("grad", "ipm"):
+            return g1, g2
+        byz = torch.zeros(g1.shape[0], dtype=torch.bool)
+        byz[self.ranks] = True
+        g = (g1 + g2) / 2
+        if self.attack == "grad":
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+            g1, g2, _ = random_gradient(g1, g2, g, byz, n_local, gen, *self.grad)
+        else:
+            g1, g2, _ = ipm(g1, g2, g, byz, master=trusted, c_gamma=self.ipm_c)
+        return g1, g2
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.corrupt_batch(batch, trainer.global_rank, trainer.global_step)
+
+
+class ByzantineIdentification(Callback):
+    def __init__(
+        self,
+        every_n_steps: int = 10,
+        alpha: float = 0.1,
+        estimator: Estimator = "filter",
+        eps: float = 0.1,
+        const_f: float = 1.2,
+        trusted_rank: int = 0,
+        offset: int = 1,
+        parameters: Optional[list[str]] = None,
+        projection_dim: Optional[int] = None,
+        projection_seed: int = 0,
+        action: Literal["log", "exclude"] = "log",
+        stratify: bool = True,
+        label_index: int | str = 1,
+        sigma0_samples: int = 256,
+        split_seed: int = 0,
+        save_tensors: bool = False,
+        max_dim: int = 4096,
+        log_dir: Optional[str] = None,
+    ):
+        """
+        Args:
+            every_n_steps: check at optimizer steps 0, N, 2N, ...
+            alpha: target FDR. offset: 1 = knockoff+ (FDR), 0 = modified FDR (allows tiny worlds).
+            estimator: μ̂ of ByMI: ``filter`` (Σ₀ from the trusted rank), ``geom``, ``master`` (the trusted rank's
+                gradient) or ``filter_plus``. eps, const_f: assumed Byzantine share, ε' = const_f·ε.
+            trusted_rank: the master; it is never flagged.
+            parameters: glob patterns of parameter names to inspect (default: all trainable).
+            projection_dim: compress gradients to this many coordinates with a Gaussian random projection
+                (seed ``projection_seed``, the same matrix on every rank).
+            action: ``log`` only, or ``exclude`` flagged ranks from the gradient average until the next check.
+            stratify, label_index: split the batch stratified by the integer labels at this index/key.
+            sigma0_samples: per-sample gradients of the trusted rank used for Σ₀ (filter only).
+            split_seed: seed of the half splits (a stream per rank and step, independent of training).
+            save_tensors: also save the gathered g1, g2 and W as safetensors next to each CSV.
+            max_dim: largest gradient dimension accepted (Σ₀ and the spectral filter are dim × dim).
+            log_dir: where ``byzantine/`` goes (default: the trainer's root dir, the zoo run dir).
+        """
+        super().__init__()
+        if every_n_steps < 1:
+            raise ZooError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        if action not in ("log", "exclude"):
+            raise ZooError(f"action must be 'log' or 'exclude', got {action!r}")
+        if projection_dim is not None and projection_dim < 1:
+            raise ZooError(f"projection_dim must be >= 1, got {projection_dim}")
+        min_rejection_size(alpha, offset)  # validates alpha and offset
+        if offset not in (0, 1):
+            raise ZooError(f"offset must be 0 or 1, got {offset}")
+        self.every_n_steps, self.alpha, self.estimator = every_n_steps, alpha, estimator
+        self.eps, self.const_f, self.trusted_rank, self.offset = eps, const_f, trusted_rank, offset
+        self.parameters, self.projection_dim, self.projection_seed = parameters, projection_dim, projection_seed
+        self.action, self.stratify, self.label_index = action, stratify, label_index
+        self.sigma0_samples, self.split_seed, self.save_tensors = sigma0_samples, split_seed, save_tensors
+        self.max_dim, self.log_dir = max_dim, log_dir
+        self.flagged: list[int] = []
+        self.history: list[dict] = []
+        self._weight = 1.0  # this rank's factor in the masked gradient average
+        self._last_step = -1
+        self._names: list[str] = []
+
+    # -------------------------------------------------------------------------------------- set-up checks
+    def _selected(self, pl_module: L.LightningModule) -> list[tuple[str, torch.nn.Parameter]]:
+        params = [(n, p) for n, p in pl_module.named_parameters() if p.requires_grad]
+        if self.parameters:
+            params = [(n, p) for n, p in params if any(fnmatch.fnmatch(n, pat) for pat in self.parameters)]
+        if not params:
+            raise ZooError(f"ByzantineIdentification selects no trainable parameter (patterns {self.parameters})")
+        return params
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        world = trainer.world_size
+        need = min_rejection_size(self.alpha, self.offset)
+        if world < 2 or world - 1 < need:
+            raise ZooError(
+                f"ByzantineIdentification: world size {world} leaves {world - 1} worker(s), but knockoff+ at "
+                f"alpha={self.alpha} can only flag sets of >= {need} workers; use more ranks, a larger alpha, or "
+                "offset=0 (which controls only the modified FDR)")
+        if not 0 <= self.trusted_rank < world:
+            raise ZooError(f"trusted_rank={self.trusted_rank} is outside the world of {world} ranks")
+        attacks = [i for i, c in enumerate(trainer.callbacks) if isinstance(c, ByzantineAttack)]
+        me = trainer.callbacks.index(self)
+        if any(i > me for i in attacks):
+            raise ZooError("put ByzantineAttack before ByzantineIdentification in trainer.callbacks")
+        if any(self.trusted_rank in trainer.callbacks[i].ranks for i in attacks):
+            raise ZooError(f"the trusted rank {self.trusted_rank} cannot be attacked")
+        params = self._selected(pl_module)
+        self._names = [n for n, _ in params]
+        dim = self.projection_dim or sum(p.numel() for _, p in params)
+        if dim > self.max_dim:
+            raise ZooError(f"the identification would work on {dim}-dimensional gradients (> max_dim={self.max_dim}); "
+                           "set projection_dim or restrict `parameters`")
+        # every rank must inspect the same coordinates, or the gathered rows would not line up
+        signature = ";".join(f"{n}:{tuple(p.shape)}" for n, p in params) + f"|{self.projection_dim}"
+        digest = torch.tensor([int(hashlib.sha1(signature.encode()).hexdigest()[:15], 16)], device=pl_module.device)
+        digests = trainer.strategy.all_gather(digest).reshape(-1)
+        if not bool((digests == digests[0]).all()):
+            raise ZooError(f"ranks disagree on the parameters ByzantineIdentification inspects (rank {trainer.global_rank} "
+                           f"selects {len(params)} tensors: {self._names[:3]}...); select the same on every rank")
+        if self.action == "exclude":
+            model = trainer.strategy.model
+            if not hasattr(model, "register_comm_hook"):
+                raise ZooError("action='exclude' needs a DDP strategy (strategy: ddp)")
+            model.register_comm_hook(self, _masked_mean_hook)
+
+    # -------------------------------------------------------------------------------------- gradients
+    def _flat(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        if self.projection_dim is None:
+            return torch.cat([g.reshape(-1) for g in grads]).double()
+        return self._project(torch.cat([g.reshape(-1) for g in grads]).double().unsqueeze(0))[0]
+
+    def _project(self, flat: torch.Tensor) -> torch.Tensor:
+        """(k, D) → (k, projection_dim) by a Gaussian matrix with N(0, 1/dim) entries, drawn block by block from
+        a seeded generator: the same on every rank and every check, never held whole."""
+        k = self.projection_dim
+        gen = torch.Generator().manual_seed(self.projection_seed)
+        out = torch.zeros(flat.shape[0], k, dtype=torch.float64)
+        for chunk in flat.cpu().split(PROJECTION_CHUNK, dim=1):
+            block = torch.randn(chunk.shape[1], k, generator=gen, dtype=torch.float64) / math.sqrt(k)
+            out += chunk @ block
+        return out.to(flat.device)
+
+    def split_gradients(self, pl_module: L.LightningModule, batch: Any, generator: torch.Generator
+                        ) -> tuple[torch.Tensor, torch.Tensor, int, Any]:
+        """(g1, g2, n_half, first half) of this rank's batch at the current parameters."""
+        b1, b2 = split_batch(batch, generator, self.stratify, self.label_index)
+        params = [p for _, p in self._selected(pl_module)]
+        out = []
+        for half in (b1, b2):
+            loss = module_loss(pl_module, half)
+            out.append(self._flat(torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)))
+        n_half = min(len(next(iter(b.values() if isinstance(b, dict) else b))) for b in (b1, b2))
+        return out[0], out[1], n_half, b1
+
+    def per_sample_gradients(self, pl_module: L.LightningModule, batch: Any) -> torch.Tensor:
+        """The trusted rank's per-sample gradients (n, dim) for Σ₀: a vmap over samples when the module allows it,
+        else one backward pass per sample."""
+        params = self._selected(pl_module)
+        tensors = batch if isinstance(batch, dict) else dict(enumerate(batch))
+        n = min(len(next(iter(tensors.values()))), self.sigma0_samples)
+        names = [name for name, _ in params]
+        values = {f"module.{name}": p.detach() for name, p in params}
+        wrapper = _LossOf(pl_module)
+
+        def one(sample_params, *sample):
+            item = dict(zip(tensors.keys(), (s.unsqueeze(0) for s in sample)))
+            item = item if isinstance(batch, dict) else type(batch)(item[i] for i in range(len(batch)))
+            return torch.func.functional_call(wrapper, sample_params, (item,))
+
+        try:
+            grads = torch.func.vmap(torch.func.grad(one), in_dims=(None, *([0] * len(tensors))))(
+                values, *(t[:n] for t in tensors.values()))
+            rows = torch.cat([grads[f"module.{name}"].reshape(n, -1) for name in names], dim=1).double()
+        except Exception:  # noqa: BLE001 - modules that vmap cannot trace (in-place ops, data-dependent flow)
+            rows = []
+            for i in range(n):
+                item = {k: v[i: i + 1] for k, v in tensors.items()}
+                item = item if isinstance(batch, dict) else type(batch)(item[j] for j in range(len(batch)))
+                loss = module_loss(pl_module, item)
+                g = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True, materialize_grads=True)
+                rows.append(torch.cat([x.reshape(-1) for x in g]).double())
+            rows = torch.stack(rows)
+        return rows if self.projection_dim is None else self._project(rows)
+
+    # -------------------------------------------------------------------------------------- the check
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        step = trainer.global_step
+        if step % self.every_n_steps or step == self._last_step:
+            return
+        self._last_step = step
+        rank, world = trainer.global_rank, trainer.world_size
+        gen = torch.Generator().manual_seed(self.split_seed * 1_000_003 + 7919 * (step + 1) + rank)
+        g1, g2, n_half, _ = self.split_gradients(pl_module, batch, gen)
+        check_finite(f"rank {rank}'s split-half gradients", torch.stack([g1, g2]))
+        gathered = trainer.strategy.all_gather(torch.stack([g1, g2])).reshape(world, 2, -1).double().cpu()
+        halves = trainer.strategy.all_gather(torch.tensor([n_half], device=pl_module.device)).reshape(-1)
+        n_half = int(halves.min())
+        sigma0 = None
+        if self.estimator == "filter":
+            if rank == self.trusted_rank:
+                sigma0 = covariance(self.per_sample_gradients(pl_module, batch).cpu())
+            sigma0 = trainer.strategy.broadcast(sigma0, src=self.trusted_rank)
+        G1, G2 = gathered[:, 0], gathered[:, 1]
+        for cb in trainer.callbacks:
+            if isinstance(cb, ByzantineAttack):
+                G1, G2 = cb.corrupt_reports(G1, G2, 2 * n_half, self.trusted_rank, step)
+        result = bymi(G1, G2, alpha=self.alpha, estimator=self.estimator, eps=self.eps, const_f=self.const_f,
+                      n_half=n_half, sigma0=sigma0, master=self.trusted_rank, offset=self.offset)
+        workers = result.workers.tolist()
+        self.flagged = [workers[i] for i in result.flagged.nonzero().flatten().tolist()]
+        kept = world - len(self.flagged)
+        self._weight = 0.0 if rank in self.flagged else 1.0 / kept
+        record = {"step": step, "threshold": float(result.threshold), "flagged": list(self.flagged),
+                  "W": dict(zip(workers, result.W.tolist()))}
+        self.history.append(record)
+        for r, w in record["W"].items():
+            pl_module.log(f"byzantine/W/rank{r}", w, on_step=True, on_epoch=False, rank_zero_only=True)
+        pl_module.log("byzantine/threshold", record["threshold"], on_step=True, on_epoch=False, rank_zero_only=True)
+        pl_module.log("byzantine/n_flagged", float(len(self.flagged)), on_step=True, on_epoch=False,
+                      rank_zero_only=True)
+        if trainer.is_global_zero:
+            self._write(trainer, record, G1, G2, result.W)
+
+    def _write(self, trainer: L.Trainer, record: dict, G1: torch.Tensor, G2: torch.Tensor, W: torch.Tensor) -> None:
+        out = Path(self.log_dir or trainer.default_root_dir) / "byzantine"
+        out.mkdir(parents=True, exist_ok=True)
+        stem = out / f"step_{record['step']:06d}"
+        with open(stem.with_suffix(".csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["rank", "W", "flagged", "threshold"])
+            w.writerow([self.trusted_rank, "", "trusted", record["threshold"]])
+            for r, score in record["W"].items():
+                w.writerow([r, repr(score), int(r in record["flagged"]), record["threshold"]])
+        if self.save_tensors:
+            save_file({"g1": G1.contiguous(), "g2": G2.contiguous(), "W": W.contiguous()},
+                      str(stem.with_suffix(".safetensors")))
+
+    def state_dict(self) -> dict:
+        return {"flagged": self.flagged, "last_step": self._last_step}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.flagged = list(state_dict.get("flagged", []))
+        self._last_step = state_dict.get("last_step", -1)
+
+
+def _masked_mean_hook(state, bucket):
+    """DDP communication hook: all-reduce the sum of ``weight_r · bucket_r`` (weight 0 for a flagged rank, 1/#kept
+    otherwise), i.e. the mean gradient of the unflagged ranks (1/world each while nothing is flagged).
+
+    (No annotations: DDP checks that ``bucket`` is annotated as ``dist.GradBucket`` or not at all, and this module's
+    postponed annotations would be strings.)"""
+    buffer = bucket.buffer()
+    buffer.mul_(state._weight if state.flagged else 1.0 / dist.get_world_size())
+    fut = dist.all_reduce(buffer, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])

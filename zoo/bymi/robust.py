@@ -1,0 +1,139 @@
+"""Robust location estimators that give ByMI its centre μ̂ (official ByMI_function.R, geom_solver_C.cpp), batched over
+leading dimensions: rows are machines, columns gradient coordinates.
+
+* `mad`: R's ``mad()`` (median centre, constant 1.4826, the median of an even count is the mean of the middle two).
+* `filtering_mean`: the spectral filter of the official ``filtering_refine`` (Diakonikolas et al.'s filtering with
+  the master's covariance Σ₀ subtracted, soft down-weighting along the top eigenvector).
+* `geometric_median`: Weiszfeld's iteration with the Vardi–Zhang step at a data point (official ``geom_solver_C``).
+* `trimmed_mean_1d`: the iterative 1-D trimmed mean of ByMI-Filter+ (official ``est_dim_one``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from zoo.errors import ZooError
+
+MAD_CONSTANT = 1.4826  # R's mad() default (1/Φ⁻¹(3/4) rounded as R rounds it)
+ZERO_WEIGHT = 1e-18  # official filtering_refine: weights below this are set to 0
+TIE_RADIUS = 1e-6  # official geom_solver_C: an iterate this close to a data point sits on it
+
+
+def r_median(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Median as R computes it: the mean of the two middle values for an even count (torch.median takes the lower)."""
+    return torch.quantile(x, 0.5, dim=dim, interpolation="linear")
+
+
+def mad(x: torch.Tensor, dim: int = -2) -> torch.Tensor:
+    """R's ``mad(x)``: 1.4826 · median(|x − median(x)|) along ``dim`` (default: over machines)."""
+    centre = r_median(x, dim).unsqueeze(dim)
+    return MAD_CONSTANT * r_median((x - centre).abs(), dim)
+
+
+def _top_eigvec_by_magnitude(cov: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(eigenvalue, unit eigenvector) of the eigenvalue largest in absolute value of symmetric ``cov`` (..., d, d).
+
+    The official code runs a power iteration (5000 steps, relative tolerance 1e-8), which converges to this pair;
+    an exact symmetric eigendecomposition gives it without the iteration's residual error."""
+    vals, vecs = torch.linalg.eigh(cov)
+    idx = vals.abs().argmax(dim=-1)
+    lam = vals.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+    u = vecs.gather(-1, idx[..., None, None].expand(*vecs.shape[:-1], 1)).squeeze(-1)
+    return lam, u
+
+
+def filtering_mean(X: torch.Tensor, eps: float, sigma0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Spectral filtering of rows ``X`` (..., m, d) whose honest rows have covariance ≈ ``sigma0`` (d, d) or (..., d, d).
+
+    Official ``filtering_refine(Xbar, w0 = 1/m, ep, Sig_0)``: at most ``⌊ep·m⌋`` rounds of
+    1. ``C = Σ_i w_i x_i x_iᵀ − μμᵀ − Σ₀`` (weighted covariance in excess of the honest one),
+    2. its eigenvector ``u`` of largest |eigenvalue| λ, outlyingness ``τ_i = ((x_i − μ)ᵀu)²`` (0 for removed rows),
+    3. ``w_i ← w_i (1 − τ_i/max τ)`` if λ ≥ 0, else ``w_i (1 + τ_i/max τ)``; renormalise; ``μ = Σ w_i x_i``,
+    stopping once ``Σ_i w_i / (m · max w) ≤ 1 − ep`` (about an ep share of the mass removed).
+    The official loop has no eigenvalue-based stop (it is commented out), and neither has this one.
+    Returns (μ (..., d), weights (..., m)).
+    """
+    *batch, m, d = X.shape
+    if m < 2:
+        raise ZooError(f"filtering needs at least 2 machines, got {m}")
+    # R's `for (i in 1:(ep*m))`: floor(ep*m) rounds, and one round when 0 < ep*m < 1
+    rounds = max(1, math.floor(eps * m))
+    w = torch.full((*batch, m), 1.0 / m, dtype=X.dtype, device=X.device)
+    mu = torch.einsum("...m,...md->...d", w, X)
+    active = torch.ones(batch, dtype=torch.bool, device=X.device)
+    for _ in range(rounds):
+        cov = torch.einsum("...m,...md,...me->...de", w, X, X) - mu[..., :, None] * mu[..., None, :] - sigma0
+        lam, u = _top_eigvec_by_magnitude(cov)
+        tau = torch.einsum("...md,...d->...m", X - mu.unsqueeze(-2), u) ** 2
+        tau = torch.where(w < ZERO_WEIGHT, torch.zeros_like(tau), tau)
+        tau_max = tau.amax(dim=-1, keepdim=True)
+        ratio = torch.where(tau_max > 0, tau / tau_max, torch.zeros_like(tau))
+        new_w = torch.where((lam >= 0).unsqueeze(-1), w * (1 - ratio), w * (1 + ratio))
+        new_w = torch.where(new_w < ZERO_WEIGHT, torch.zeros_like(new_w), new_w)
+        new_w = new_w / new_w.sum(dim=-1, keepdim=True)
+        w = torch.where(active.unsqueeze(-1), new_w, w)
+        mu = torch.einsum("...m,...md->...d", w, X)
+        done = (w / (w.amax(dim=-1, keepdim=True) * m)).sum(dim=-1) <= 1 - eps
+        active = active & ~done
+        if not bool(active.any()):
+            break
+    return mu, w
+
+
+def geometric_median(X: torch.Tensor, tol: float = 1e-10, max_iter: int = 10000) -> torch.Tensor:
+    """Geometric median ``argmin_y Σ_i ‖x_i − y‖`` of rows ``X`` (..., m, d) by Weiszfeld's iteration.
+
+    As the official ``geom_solver_C``: start at the mean, stop when an update moves less than ``tol`` (1e-10) or
+    after 10,000 updates, and treat an iterate within 1e-6 of data points as sitting on them. There the official
+    code forgets to normalise the weighted sum (and stops, without moving, once r ≤ η); this uses the Vardi–Zhang
+    (2000) step it intends: ``y ← (1 − η/r)⁺ T(y) + min(1, η/r) x_tie``, with η the number of points at y, x_tie
+    their mean, T(y) the Weiszfeld map over the other points and r = ‖Σ_{x_i ≠ y} (x_i − y)/‖x_i − y‖‖.
+    """
+    y = X.mean(dim=-2)
+    active = torch.ones(X.shape[:-2], dtype=torch.bool, device=X.device)
+    for _ in range(max_iter):
+        dist = (X - y.unsqueeze(-2)).norm(dim=-1)
+        tie = dist < TIE_RADIUS
+        inv = torch.where(tie, torch.zeros_like(dist), 1.0 / dist.clamp_min(TIE_RADIUS))
+        total = inv.sum(dim=-1, keepdim=True)
+        # all points on the iterate: it is the median
+        T = torch.where(total > 0, torch.einsum("...m,...md->...d", inv, X) / total.clamp_min(1e-300), y)
+        n_tie = tie.sum(dim=-1, keepdim=True).to(X.dtype)
+        r = torch.einsum("...m,...md->...d", inv, X - y.unsqueeze(-2)).norm(dim=-1, keepdim=True)
+        frac = torch.where(n_tie > 0, (n_tie / r.clamp_min(1e-300)).clamp(max=1.0), torch.zeros_like(r))
+        # the points the iterate sits on (official x_tie): with r <= η the median is exactly that point
+        on = tie.to(X.dtype)
+        at = torch.where(n_tie > 0, torch.einsum("...m,...md->...d", on, X) / n_tie.clamp_min(1), y)
+        new_y = (1 - frac) * T + frac * at
+        moved = (new_y - y).norm(dim=-1)
+        y = torch.where(active.unsqueeze(-1), new_y, y)
+        active = active & (moved >= tol)
+        if not bool(active.any()):
+            break
+    return y
+
+
+def trimmed_mean_1d(z: torch.Tensor, eps: float, max_iter: int = 2000) -> torch.Tensor:
+    """Official ``est_dim_one``: repeat ``μ = mean of the kept z; drop the ⌊eps·m⌋ z farthest from μ`` (starting
+    from all of them). The official loop always runs 2000 rounds; the map is deterministic, so stopping at its fixed
+    point (the same set dropped twice) gives the same result. ``z`` (..., m) → μ (...,)."""
+    m = z.shape[-1]
+    n_drop = math.floor(eps * m)
+    if n_drop >= m:
+        raise ZooError(f"the 1-D trimmed mean would drop all {m} values (eps={eps})")
+    keep = torch.ones_like(z, dtype=torch.bool)
+    mu = z.mean(dim=-1)
+    for _ in range(max_iter):
+        dev = (z - mu.unsqueeze(-1)) ** 2
+        # R's order() is stable: the n_drop largest deviations, ties broken towards the later index
+        order = torch.argsort(dev, dim=-1, stable=True)
+        new_keep = torch.ones_like(keep)
+        if n_drop:
+            new_keep.scatter_(-1, order[..., m - n_drop:], False)
+        mu = (z * new_keep).sum(dim=-1) / (m - n_drop)
+        if torch.equal(new_keep, keep):
+            break
+        keep = new_keep
+    return mu
