@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_warn
 
+from zoo.data import is_resumable
 from zoo.errors import ZooError
 
 LAST = "last.ckpt"
@@ -33,6 +35,11 @@ class LastCheckpoint(pl.Callback):
         trainer.save_checkpoint(path)  # every rank calls it; the strategy writes once
         self._saved_step = trainer.global_step
         self.last_model_path = str(path)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if not is_resumable(trainer.train_dataloader):
+            rank_zero_warn("the training loader is not stateful, so a run resumed mid-epoch restarts that epoch's "
+                           "data; build it with zoo.data.train_loader for an exact resume")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         n = self.every_n_train_steps

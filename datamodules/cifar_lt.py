@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
+from zoo.data import train_loader
 from zoo.errors import ZooError
 
 CIFAR_STATS = {
@@ -147,19 +148,19 @@ class LongTailDataModule(L.LightningDataModule):
         self.test_set = ViewsDataset(ex, ey, plain)
         self._ready = True
 
-    def _loader(self, ds, shuffle: bool, bs: int, drop_last: bool = False):
-        return DataLoader(ds, batch_size=bs, shuffle=shuffle, num_workers=self.num_workers, drop_last=drop_last,
-                          persistent_workers=self.num_workers > 0)
+    def _loader(self, ds, bs: int):
+        return DataLoader(ds, batch_size=bs, num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self):
         # drop_last keeps every training batch at full size (class sets of a contrastive batch)
-        return self._loader(self.train_set, True, self.batch_size, drop_last=len(self.train_set) > self.batch_size)
+        return train_loader(self.train_set, self.batch_size, shuffle=True, num_workers=self.num_workers,
+                            drop_last=len(self.train_set) > self.batch_size, persistent_workers=self.num_workers > 0)
 
     def val_dataloader(self):
-        return self._loader(self.val_set, False, self.eval_batch_size)
+        return self._loader(self.val_set, self.eval_batch_size)
 
     def test_dataloader(self):
-        return self._loader(self.test_set, False, self.eval_batch_size)
+        return self._loader(self.test_set, self.eval_batch_size)
 
 
 class CIFARLTDataModule(LongTailDataModule):

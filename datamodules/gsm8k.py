@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from zoo.data import train_loader
 from zoo.errors import ZooError
 from zoo.rosa.gsm8k import EVAL_TEMPLATE
 
@@ -258,8 +259,8 @@ class GSM8KDataModule(L.LightningDataModule):
         self.val_rows, self.test_rows = self._eval_rows(val), self._eval_rows(test)
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.train_rows, batch_size=self.hparams.batch_size, shuffle=True,
-                          collate_fn=_TrainCollate(self.tokenizer.pad_token_id), num_workers=self.hparams.num_workers)
+        return train_loader(self.train_rows, self.hparams.batch_size, shuffle=True,
+                            collate_fn=_TrainCollate(self.tokenizer.pad_token_id), num_workers=self.hparams.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_rows, batch_size=self.hparams.eval_batch_size, collate_fn=_eval_collate)

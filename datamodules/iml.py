@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Literal, Optional
 
 import lightning.pytorch as L
-import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from zoo.data import train_loader
 from zoo.errors import ZooError
 from zoo.iml.data import (PAPER_FRACS, IMLDataset, build_iml_dataset, cvdb_entities, fictional_cvdb, load_cvdb,
                           subset_sizes)
@@ -124,9 +124,8 @@ class IMLDataModule(L.LightningDataModule):
         return [r for k in sorted(sets) for r in sets[k]]
 
     def train_dataloader(self) -> DataLoader:
-        g = torch.Generator().manual_seed(self.hparams.seed)
-        return DataLoader(self.train_documents, batch_size=self.hparams.batch_size, shuffle=True, generator=g,
-                          num_workers=self.hparams.num_workers)
+        return train_loader(self.train_documents, self.hparams.batch_size, shuffle=True, seed=self.hparams.seed,
+                            num_workers=self.hparams.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         # One loader over all subsets (each record names its subset): no per-dataloader metric suffixes.

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.diffoas.formats import EXTERNAL_SOLVER
 from zoo.diffoas.generate import PDEData, generate, get_problem, load_dataset, save_dataset
+from zoo.data import train_loader
 from zoo.errors import ZooError
 
 SOLVER_METHODS = ("gmres", "direct", EXTERNAL_SOLVER)
@@ -183,12 +184,12 @@ class PDEDataModule(L.LightningDataModule):
         return normalization_stats(self._sets["train"])
 
     # -------------------------------------------------------------------------------------------- loaders
-    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
-        return DataLoader(self._sets[split], batch_size=self.hparams.batch_size, shuffle=shuffle,
-                          num_workers=self.hparams.num_workers)
+    def _loader(self, split: str) -> DataLoader:
+        return DataLoader(self._sets[split], batch_size=self.hparams.batch_size, num_workers=self.hparams.num_workers)
 
     def train_dataloader(self):
-        return self._loader("train", shuffle=True)
+        return train_loader(self._sets["train"], self.hparams.batch_size, shuffle=True,
+                            num_workers=self.hparams.num_workers)
 
     def val_dataloader(self):
         return self._loader("val")

@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
+from zoo.data import train_loader
 from zoo.errors import ZooError
 
 _HOW_TO_GET = {
@@ -369,11 +370,13 @@ class SeqRecDataModule(pl.LightningDataModule):
         if hp.poisson_sampling:
             from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 
+            # Poisson batches from one generator: a resume inside epoch 0 replays exactly; later epochs draw fresh
+            # Poisson batches (the privacy accounting, per step, is unaffected)
             gen = torch.Generator().manual_seed(hp.seed)
             sampler = UniformWithReplacementSampler(num_samples=n, sample_rate=min(1.0, hp.batch_size / n), generator=gen)
-            return DataLoader(self.train_set, batch_sampler=sampler, collate_fn=col, num_workers=hp.num_workers)
-        return DataLoader(self.train_set, batch_size=hp.batch_size, shuffle=True, collate_fn=col,
-                          num_workers=hp.num_workers, generator=torch.Generator().manual_seed(hp.seed))
+            return train_loader(self.train_set, None, batch_sampler=sampler, collate_fn=col, num_workers=hp.num_workers)
+        return train_loader(self.train_set, hp.batch_size, shuffle=True, seed=hp.seed, collate_fn=col,
+                            num_workers=hp.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=self.hparams.eval_batch_size, num_workers=self.hparams.num_workers)

@@ -173,11 +173,6 @@ class ZooCLI(LightningCLI):
 
         return flatten(self._parser(self.subcommand).dump(self._cfg(), format="yaml", skip_none=False))
 
-    def before_fit(self) -> None:
-        from zoo.resume import make_train_loader_stateful
-
-        make_train_loader_stateful(self.datamodule if self.datamodule is not None else self.model)
-
     def after_fit(self) -> None:
         self._report()
 

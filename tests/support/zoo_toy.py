@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import lightning.pytorch as pl
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from zoo.data import train_loader
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 
@@ -16,7 +20,7 @@ class ToyRegressor(HubMixin, pl.LightningModule):
     monitor_mode = "min"
 
     def __init__(self, hidden: int = 16, lr: float = 0.05, nan_at_step: int = -1, sleep: float = 0.0,
-                 init_from: str | None = None):
+                 init_from: str | None = None, optimizer: str = "sgd"):
         super().__init__()
         if hidden <= 0:
             raise ZooError(f"hidden must be positive, got {hidden}")
@@ -31,6 +35,11 @@ class ToyRegressor(HubMixin, pl.LightningModule):
         return self.net(x).squeeze(-1)
 
     def training_step(self, batch, batch_idx):
+        kill_at = os.environ.get("ZOO_TOY_KILL_AT")  # "step,micro": SIGKILL this process there (resume tests);
+        if kill_at:  # an env var, not an init arg, so the resumed run's hyper-parameters equal the killed run's
+            step, micro = map(int, kill_at.split(","))
+            if self.global_step == step and batch_idx % self.trainer.accumulate_grad_batches == micro:
+                os.kill(os.getpid(), signal.SIGKILL)
         if self.hparams.sleep:
             import time
 
@@ -54,6 +63,8 @@ class ToyRegressor(HubMixin, pl.LightningModule):
         return self(batch[0])
 
     def configure_optimizers(self):
+        if self.hparams.optimizer == "adam":  # state beyond the weights, for exact-resume checks
+            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
     def card_metadata(self):
@@ -61,9 +72,10 @@ class ToyRegressor(HubMixin, pl.LightningModule):
 
 
 class ToyData(pl.LightningDataModule):
-    def __init__(self, n: int = 64, batch_size: int = 8, seed: int = 0, path: str | None = None):
+    def __init__(self, n: int = 64, batch_size: int = 8, seed: int = 0, path: str | None = None,
+                 shuffle: bool = False):
         super().__init__()
-        self.n, self.batch_size, self.seed, self.path = n, batch_size, seed, path
+        self.n, self.batch_size, self.seed, self.path, self.shuffle = n, batch_size, seed, path, shuffle
 
     def setup(self, stage: str | None = None):
         if self.path is not None:
@@ -86,7 +98,7 @@ class ToyData(pl.LightningDataModule):
             sampler = DistributedSampler(self.ds, num_replicas=trainer.world_size, rank=trainer.global_rank,
                                          shuffle=False)
             return DataLoader(self.ds, batch_size=self.batch_size, sampler=sampler)
-        return DataLoader(self.ds, batch_size=self.batch_size, shuffle=False)
+        return train_loader(self.ds, batch_size=self.batch_size, shuffle=self.shuffle)
 
     def val_dataloader(self):
         return DataLoader(self.ds, batch_size=self.batch_size)

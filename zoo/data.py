@@ -1,0 +1,93 @@
+"""Training loaders that resume exactly: what every DataModule's `train_dataloader` returns.
+
+Lightning stores the state of a stateful loader in a mid-epoch checkpoint, so a resumed run continues with the
+batch after the last one it trained on. A plain `DataLoader(shuffle=True)` has no state: a resumed epoch draws a
+new permutation (some examples are seen twice, others never). Two things make the order exact here:
+
+* `StatefulDataLoader` records how many samples of the current epoch were yielded and skips them on resume;
+* `EpochSampler` draws epoch e's permutation from `seed + e` (as `DistributedSampler` does; Lightning calls
+  `set_epoch` before every epoch, also after a resume). An epoch-end checkpoint holds no loader state at all
+  (Lightning saves none once the epoch's iterator is exhausted), and a generator-state sampler would then replay
+  epoch 0's order in the next epoch; a permutation that depends only on (seed, epoch) cannot.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch.utils.data import Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from zoo.errors import ZooError
+
+
+class EpochSampler(Sampler[int]):
+    """A shuffle whose order in epoch e is `randperm(n)` under the generator seeded with `seed + e`."""
+
+    def __init__(self, data_source, seed: int):
+        self.data_source, self.seed, self.epoch = data_source, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def permutation(self, epoch: int) -> list[int]:
+        g = torch.Generator()
+        g.manual_seed(self.seed + epoch)
+        return torch.randperm(len(self.data_source), generator=g).tolist()
+
+    def __iter__(self) -> "_EpochIterator":
+        return _EpochIterator(self)
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+class _EpochIterator:
+    """Stateful (epoch, position): a mid-epoch checkpoint restores both. The permutation is drawn at the first
+    `next`, not when the iterator is made: Lightning makes a resumed run's first iterator before it calls
+    `set_epoch`, and torchdata's batch sampler asks for the index iterator eagerly."""
+
+    def __init__(self, sampler: EpochSampler):
+        self.sampler, self.epoch, self.yielded, self.perm = sampler, None, 0, None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        if self.perm is None:
+            self.epoch = self.sampler.epoch if self.epoch is None else self.epoch
+            self.perm = self.sampler.permutation(self.epoch)
+        if self.yielded >= len(self.perm):
+            raise StopIteration
+        self.yielded += 1
+        return self.perm[self.yielded - 1]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.sampler.epoch if self.epoch is None else self.epoch, "yielded": self.yielded}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.yielded, self.perm = state["epoch"], state["yielded"], None
+
+
+def train_loader(dataset, batch_size: Optional[int], shuffle: bool = True, seed: Optional[int] = None,
+                 sampler=None, batch_sampler=None, **kwargs: Any) -> StatefulDataLoader:
+    """A `StatefulDataLoader` over `dataset`; `shuffle` orders each epoch by `EpochSampler` with `seed` (default:
+    drawn from torch's global RNG, i.e. fixed by `seed_everything`). A custom `sampler`/`batch_sampler` passes
+    through (it resumes exactly if its order depends only on its epoch, or if it is stateful)."""
+    if batch_size is not None and batch_size < 1:
+        raise ZooError(f"batch_size must be at least 1, got {batch_size}")
+    if batch_sampler is not None:
+        return StatefulDataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+    if sampler is None and shuffle:
+        sampler = EpochSampler(dataset, int(torch.randint(0, 2**62, (1,)).item()) if seed is None else seed)
+    return StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
+
+
+def is_resumable(loader: Any) -> bool:
+    """Whether Lightning can save and restore this loader's position (a stateful loader, or a list/dict of them)."""
+    if isinstance(loader, (list, tuple)):
+        return all(is_resumable(x) for x in loader)
+    if isinstance(loader, dict):
+        return all(is_resumable(x) for x in loader.values())
+    return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
