@@ -22,7 +22,8 @@ def _scalar_metrics(metrics: dict) -> dict[str, float]:
 
 
 class ModelCardWriter(pl.Callback):
-    """At the end of fit/validate/test, stores `trainer.callback_metrics` under the stage in
+    """At the end of fit/validate/test, stores `trainer.callback_metrics` (plus, when the DataModule has a
+    `run_metrics()` method, what preparing its data measured, e.g. generation time as `data/...`) under the stage in
     `summary.json` and renders `README.md` (the card) into the run dir."""
 
     def __init__(self, run_dir: str | None = None, config_name: str | None = None, paper_id: str | None = None,
@@ -39,6 +40,9 @@ class ModelCardWriter(pl.Callback):
     def _record(self, trainer: pl.Trainer, stage: str) -> None:
         run_dir = self._dir(trainer)
         metrics = _scalar_metrics(trainer.callback_metrics)
+        run_metrics = getattr(trainer.datamodule, "run_metrics", None)  # what preparing the data measured
+        if callable(run_metrics):
+            metrics.update(_scalar_metrics(run_metrics()))
         fields = {stage: metrics, "stages": sorted(set(read_summary(run_dir).get("stages", [])) | {stage})}
         if stage == "fit":
             fields.update(global_step=trainer.global_step, epochs=trainer.current_epoch)

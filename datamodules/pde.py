@@ -177,6 +177,19 @@ class PDEDataModule(L.LightningDataModule):
             self._sets["train"] = TensorDataset(x[: hp.n_train], y[: hp.n_train])
             self._sets["val"] = TensorDataset(x[hp.n_train : n], y[hp.n_train : n])
 
+    def run_metrics(self) -> dict[str, float]:
+        """What preparing this run's data measured (recorded in summary.json as data/...): generation time of the
+        training set (CPU and wall seconds; GMRES's or DiffOAS's, the paper's comparison), its size, and the largest
+        relative PDE residual of its pairs."""
+        out: dict[str, float] = {}
+        if self.train_data is not None:
+            meta = self.train_data.meta
+            out.update({"data/n_train": float(self.hparams.n_train),
+                        "data/gen_wall_s": float(meta.get("time_total_s", float("nan"))),
+                        "data/gen_cpu_s": float(meta.get("cpu_total_s", float("nan"))),
+                        "data/max_residual": float(self.train_data.residuals()[: self.hparams.n_train].max())})
+        return out
+
     def normalization_stats(self) -> dict[str, torch.Tensor]:
         """Per-channel input mean/std and output std of the training set (used by the model's normaliser)."""
         if "train" not in self._sets:
