@@ -111,6 +111,7 @@ PAPERS: dict[str, Paper] = {
             modules=("zoo.diffoas.NeuralOperatorModule",),
             datamodules=("datamodules.pde.PDEDataModule",),
             configs=("diffoas_darcy", "diffoas_helmholtz", "diffoas_diffusion"),
+            sweeps=("diffoas_darcy_fno",),
         ),
         Paper(
             "unlearning",
