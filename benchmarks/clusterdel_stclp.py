@@ -25,8 +25,16 @@ import scipy
 from scipy.optimize import linprog
 
 from datamodules.graphs import gnp_graph, planted_clusters, read_snap
-from zoo.clusterdel import (as_graph, degree_pivot, maximal_disjoint_open_wedges, ratio_pivot, stc_lp_highs,
-                            stc_lp_mincut, wedge_edge_mask, wedges_and_triangles)
+from zoo.clusterdel import (
+    as_graph,
+    degree_pivot,
+    maximal_disjoint_open_wedges,
+    ratio_pivot,
+    stc_lp_highs,
+    stc_lp_mincut,
+    wedge_edge_mask,
+    wedges_and_triangles,
+)
 from zoo.clusterdel.lp import _wedge_matrix, highs_solve
 
 

@@ -25,7 +25,7 @@ import gzip
 import io
 import tarfile
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import lightning as L
 import networkx as nx
@@ -221,8 +221,8 @@ class GraphDataModule(L.LightningDataModule):
         batch_size: graphs per test step.
     """
 
-    def __init__(self, source: Literal["mat", "snap", "networkx", "embedded"] = "mat", path: Optional[str] = None,
-                 names: Optional[list[str]] = None, generators: Optional[list[dict[str, Any]]] = None,
+    def __init__(self, source: Literal["mat", "snap", "networkx", "embedded"] = "mat", path: str | None = None,
+                 names: list[str] | None = None, generators: list[dict[str, Any]] | None = None,
                  batch_size: int = 1):
         super().__init__()
         if source not in ("mat", "snap", "networkx", "embedded"):

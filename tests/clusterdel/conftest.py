@@ -18,7 +18,7 @@ REPO_NAMES = ["dolphinsA", "footballA", "polbooksA", "adjnounA"]
 ALL_NAMES = NX_NAMES + GNP_NAMES + REPO_NAMES
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _graph(name: str, root: str | None):
     if name in NX_GRAPHS:
         return as_graph(nx.to_scipy_sparse_array(NX_GRAPHS[name](), weight=None), name)
@@ -27,7 +27,7 @@ def _graph(name: str, root: str | None):
     return as_graph(sio.loadmat(f"{root}/cluster_deletion/smallgraphs/{name}.mat")["A"], name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _report(name: str, root: str | None):
     # every algorithm once per graph (the ILP gets the combinatorial solutions as its MIP start)
     return run_algorithms(_graph(name, root), ["lp_pivot", "lp_degree", "mfp", "degmfp", "ratmfp", "ilp"],

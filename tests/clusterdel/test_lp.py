@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from zoo.clusterdel import (as_graph, flow_network, run_algorithms, stc_lp_highs, stc_lp_mincut,
-                            wedges_and_triangles)
+from zoo.clusterdel import as_graph, flow_network, run_algorithms, stc_lp_highs, stc_lp_mincut, wedges_and_triangles
 
 KNOWN_LP = {"karate": 39.0, "footballA": 294.0}  # issue 19 / paper notes (both solvers agree there)
 

@@ -8,9 +8,8 @@ import json
 import lightning as L
 import pytest
 
-from datamodules.graphs import GraphDataModule
+from datamodules.graphs import GraphDataModule, gnp_graph
 from zoo.clusterdel import ClusterDeletionEval, as_graph, cd_ilp
-from datamodules.graphs import gnp_graph
 from zoo.errors import ZooError
 
 

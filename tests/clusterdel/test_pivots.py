@@ -6,8 +6,17 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from zoo.clusterdel import (as_graph, clusters_are_cliques, degree_pivot, maximal_disjoint_open_wedges,
-                            random_pivot, ratio_pivot, stc_lp_mincut, wedge_edge_mask, wedges_and_triangles)
+from zoo.clusterdel import (
+    as_graph,
+    clusters_are_cliques,
+    degree_pivot,
+    maximal_disjoint_open_wedges,
+    random_pivot,
+    ratio_pivot,
+    stc_lp_mincut,
+    wedge_edge_mask,
+    wedges_and_triangles,
+)
 
 
 def seq_random(h, rank):
@@ -85,7 +94,7 @@ def test_pivots_match_sequential_references(n, p, seed):
 
 def test_wedge_rounds_equal_the_scan_on_a_larger_graph():
     """Enough wedges for the vectorised rounds to run before the sequential tail (and the random order too)."""
-    import zoo.clusterdel.wedges as wedges
+    from zoo.clusterdel import wedges
 
     g = as_graph(nx.to_scipy_sparse_array(nx.gnp_random_graph(300, 0.08, seed=3), weight=None), "g")
     wt = wedges_and_triangles(g, triangles=False)

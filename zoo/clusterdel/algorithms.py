@@ -28,8 +28,14 @@ import numpy as np
 
 from zoo.clusterdel.graph import Graph, WedgesTriangles, wedges_and_triangles
 from zoo.clusterdel.lp import LPSolution, cd_ilp, stc_lp_highs, stc_lp_mincut
-from zoo.clusterdel.pivot import (best_random_pivot, cd_cost, clusters_are_cliques, components_if_cliques,
-                                  degree_pivot, ratio_pivot)
+from zoo.clusterdel.pivot import (
+    best_random_pivot,
+    cd_cost,
+    clusters_are_cliques,
+    components_if_cliques,
+    degree_pivot,
+    ratio_pivot,
+)
 from zoo.clusterdel.wedges import maximal_disjoint_open_wedges, wedge_edge_mask
 from zoo.errors import ZooError
 

@@ -182,4 +182,4 @@ def cd_ilp(g: Graph, wt: WedgesTriangles | None = None, time_limit: float = 60.0
     if status != "Optimal":
         raise ZooError(f"CD-ILP of {g.name!r} not solved to optimality within ilp time_limit={time_limit:g}s "
                        f"({counts}): HiGHS status {status!r}")
-    return ILPSolution(int(round(obj)), np.round(x), seconds, rows.shape[0])
+    return ILPSolution(round(obj), np.round(x), seconds, rows.shape[0])

@@ -12,7 +12,7 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import lightning as L
 
@@ -42,7 +42,7 @@ class ClusterDeletionEval(HubMixin, L.LightningModule):
         seed: random seed before each method (official ``Random.seed!(123456)``).
     """
 
-    def __init__(self, algorithms: Optional[list[str]] = None, pivtimes: int = 100,
+    def __init__(self, algorithms: list[str] | None = None, pivtimes: int = 100,
                  lp_solver: Literal["mincut", "highs"] = "mincut", wedge_order: Literal["scan", "random"] = "scan",
                  ilp_time_limit: float = 60.0, ilp_max_edges: int = 5000,
                  ilp_on_limit: Literal["skip", "error"] = "skip", seed: int = 123456):

@@ -167,7 +167,7 @@ def degree_pivot(h: sp.csr_array) -> np.ndarray:
         cluster = np.concatenate([[p], nbrs[alive[nbrs]]])
         alive[cluster] = False
         label[cluster] = p
-        owner, nb = _gather_rows(h, cluster)
+        _, nb = _gather_rows(h, cluster)
         nb = nb[alive[nb]]
         touched, drop = np.unique(nb, return_counts=True)
         deg[touched] -= drop
