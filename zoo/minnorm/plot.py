@@ -86,7 +86,9 @@ def plot_risk_vs_p(curves: dict[str, dict[str, dict[float, tuple[float, float]]]
         ax.set_xlabel("p")
         ax.set_title({"bias": "bias ‖ŵ(Xw*) − w*‖²", "variance": "variance E Var(ŵ | X)",
                       "risk": "risk ‖ŵ − w*‖²"}[metric], fontsize=10)
-        ax.grid(alpha=0.3)
+        if metric != "bias":  # risk and variance are positive and span a decade: the U near p = 1 shows on a log axis
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=8, title="design law (±2 s.e.)", title_fontsize=8)
     fig.tight_layout()
     path = Path(path)
