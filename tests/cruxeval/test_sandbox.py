@@ -1,11 +1,16 @@
-"""Containment: each hostile program ends as a failure verdict and the pool keeps working afterwards."""
+"""Containment: each hostile program ends as a failure verdict and the pool keeps working afterwards; what a
+sample sees of the machine; results as parent-parsed data; the syscall filter's table."""
 
 import os
+import re
 import socket
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
+import zoo.sandbox as zs
 from zoo.sandbox import Sandbox, Verdict
 
 HOSTILE = {
@@ -171,3 +176,65 @@ assert libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) != 0
 """
     v = sandbox.run(code)
     assert v.passed, v.reason + v.stderr
+
+
+def test_results_come_back_as_data_in_order(sandbox):
+    codes = [f"x = {i}" for i in range(6)] + ["x = object()", "raise KeyError('k')"]
+    out = sandbox.map(codes, result=["{'i': x, 'sq': x * x}"] * 6 + ["x", "x"])
+    assert [v.value for v in out[:6]] == [{"i": i, "sq": i * i} for i in range(6)]
+    assert out[6].status == "error" and "not plain data" in out[6].reason and out[6].value is None
+    assert out[7].status == "error" and "KeyError" in out[7].reason
+    v = sandbox.run("print('3')", result="None")  # None is a value too: value_repr says one came back
+    assert v.passed and v.value is None and v.value_repr == "None" and v.stdout == "3\n"
+    assert sandbox.run("pass").value_repr is None
+
+
+def test_what_a_sample_sees_of_the_filesystem(sandbox):
+    iso = sandbox.isolation
+    if not iso.get("fresh_root"):
+        pytest.skip(f"no fresh root here: {iso.get('notes')}")
+    here = Path(__file__).resolve()
+    code = f"""import os, sys
+hidden = [p for p in ({str(here)!r}, {str(here.parents[2] / "zoo" / "sandbox.py")!r}, '/proc/self/environ',
+                      '/sys/kernel', '/root/.bashrc', '/run', '/var/lib') if os.path.exists(p)]
+assert not hidden, hidden
+assert open('/etc/passwd').read()  # documented as not contained: world-readable system files
+assert os.path.isfile(os.path.join(os.path.dirname(os.__file__), 'os.py'))  # the interpreter's own library
+for d in ('/', '/usr', '/etc', os.path.dirname(os.__file__)):
+    try:
+        open(os.path.join(d, 'zoo-probe'), 'w')
+        raise SystemExit('wrote to ' + d)
+    except OSError:
+        pass
+open('/tmp/ok', 'w').write('scratch is writable')
+"""
+    v = sandbox.run(code)
+    assert v.passed, v.reason + v.stderr
+    interpreter = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+    assert all(p.startswith(("/usr", "/bin", "/sbin", "/lib", "/etc", "/dev/")) or p in interpreter
+               for p in iso["visible"]), iso["visible"]
+
+
+def _header_numbers(path):
+    numbers = {}
+    for line in Path(path).read_text().splitlines():
+        m = re.match(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", line)
+        if m:
+            numbers[m[1]] = int(m[2])
+    return numbers
+
+
+@pytest.mark.parametrize("column,header", [(0, "/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+                                           (1, "/usr/include/asm-generic/unistd.h")], ids=["x86_64", "aarch64"])
+def test_syscall_numbers_match_the_kernel_headers(column, header):
+    # the filter's table is written by hand for two ABIs: check it against the kernel's own headers
+    if not os.path.exists(header):
+        pytest.skip(f"{header} not installed (linux-libc-dev)")
+    numbers = _header_numbers(header)
+    table = {name: nrs[column] for name, (_, *nrs) in zs.SECCOMP_DENY.items()}
+    table.update({name: rule[column] for name, rule in zs.SECCOMP_ARG0.items()})
+    table.update(socket=zs.SOCKET_NR[column], pivot_root=zs._SYSCALLS["pivot_root"][column],
+                 mount_setattr=zs._SYSCALLS["mount_setattr"][column])
+    assert {n: nr for n, nr in table.items() if nr is not None} == \
+        {n: numbers[n] for n, nr in table.items() if nr is not None}
+    assert all(n not in numbers for n, nr in table.items() if nr is None)  # absent on that ABI indeed

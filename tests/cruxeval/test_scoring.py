@@ -1,4 +1,5 @@
-"""pass@k against brute force; answer parsing; gold answers pass and perturbed ones fail; bad input."""
+"""pass@k against brute force; answer parsing; gold answers pass and perturbed ones fail; strict and official
+checks agree on honest generations and with the official program; the trusted subset; bad input."""
 
 import ast
 import hashlib
@@ -9,7 +10,9 @@ from math import comb
 
 import pytest
 
-from zoo.cruxeval import extract_answer, make_check, make_prompt, pass_at_k, score_answers, score_generations, summarize
+from zoo.cruxeval import (extract_answer, make_check, make_prompt, pass_at_k, plan_check, score_answers,
+                          score_generations, summarize)
+from zoo.cruxeval.scoring import _safe_attributes, extract_answers
 from zoo.errors import ZooError
 
 
@@ -114,7 +117,7 @@ def test_bad_input_is_a_recorded_failure(sandbox):
     assert "no list of generations" in res["no_generations"].error
 
 
-def test_score_generations_file(tmp_path):
+def test_score_generations_file(tmp_path, capsys):
     data = tmp_path / "data.jsonl"
     rows = [{"code": "def f(s):\n    return s * 2", "input": "'ab'", "output": "'abab'", "id": f"sample_{i}"}
             for i in range(2)]
@@ -126,7 +129,11 @@ def test_score_generations_file(tmp_path):
     }))
     out = tmp_path / "scored.jsonl"
     m = score_generations(gens, "output", data=data, raw=True, cot=True, ks=[1, 2], out=out, workers=1)
-    assert m["num_problems"] == 3 and m["num_failed_rows"] == 1
+    printed = capsys.readouterr().out  # `zoo cruxeval-score` shows what the function prints
+    # (no pass@2: the malformed row has one candidate)
+    assert "CRUXEval-O (compat=strict): pass@1 = 16.67 | 3 problems, 5 candidates, 1 failed rows, " \
+           "0 sandbox errors, 0 in-process verdicts" in printed
+    assert m["num_problems"] == 3 and m["num_failed_rows"] == 1 and m["num_sandbox_errors"] == 0
     assert m["pass@1"] == pytest.approx(100 * (0.5 + 0 + 0) / 3)
     scored = [json.loads(line) for line in out.read_text().splitlines()]
     assert scored[0]["verdicts"][1]["reason"] == "no [ANSWER] tag in the completion"
@@ -136,3 +143,75 @@ def test_score_generations_file(tmp_path):
         score_generations(tmp_path / "missing.json", "output", data=data)
     with pytest.raises(ZooError, match="could not load"):  # no local data: the Hub, which is offline in tests
         score_generations(gens, "output")
+
+
+def _honest_candidates(row, mode, other):
+    """Real-format completions (direct prompt: ``assert f(...) == ...``) a model might honestly write: right,
+    wrong, spelled differently, computed by an expression, using code outside the trusted subset, truncated."""
+    out, inp = row["output"], row["input"]
+    if mode == "output":
+        answers = [out, other["output"], f"{out}  # the result", f"(\n{out}\n)",
+                   f"__import__('copy').deepcopy({out})", f"{out}[:1]" if out.startswith(("'", "[")) else f"-{out}",
+                   f"{out[:-1]}" if len(out) > 2 else "'"]
+        return [f"assert f({inp}) == {a}\n" for a in answers]
+    answers = [f"f({inp})", f"f({other['input']})", f"f(*[{inp}])" if inp else "f()",
+               f"f(*__import__('copy').deepcopy([{inp}]))", f"f({inp}, 'extra')", f"f({inp[:-1]}"]
+    return [f"assert {a} == {out}\n" for a in answers]
+
+
+@pytest.mark.parametrize("mode", ["output", "input"])
+def test_strict_and_official_agree_on_honest_generations(crux_rows, sandbox, mode):
+    # The official program (pass = it runs to its end) is the oracle; both modes must give its verdicts.
+    rows = crux_rows[::64]
+    completions = {r["id"]: _honest_candidates(r, mode, crux_rows[(i * 64 + 7) % len(crux_rows)])
+                   for i, r in enumerate(rows)}
+    answers = {rid: extract_answers(c, mode)[0] for rid, c in completions.items()}
+    by_compat = {c: score_answers(rows, answers, mode, sandbox, ks=[1], compat=c) for c in ("strict", "official")}
+    programs = [make_check(r, a, mode)[0] for r in rows for a in answers[r["id"]]]
+    oracle = iter([v.passed for v in sandbox.map([p for p in programs if p is not None])])
+    expected = [next(oracle) if p is not None else False for p in programs]
+    for compat, results in by_compat.items():
+        assert [p for r in results for p in r.passed] == expected, compat
+    assert {v["check"] for r in by_compat["strict"] for v in r.verdicts if "check" in v} == \
+        {"trusted", "value" if mode == "output" else "arguments"}  # both ways of deciding were used
+    assert all(r.passed[0] for r in by_compat["strict"])  # the right answer passes
+    assert 0 < sum(expected) < len(expected)
+
+
+def test_check_plans():
+    row = {"code": "def f(x, g=None):\n    return x", "input": "1", "output": "1", "id": "t"}
+
+    def kind(answer, mode, compat="strict"):
+        check, reason = plan_check(row, answer, mode, compat)
+        return check.kind if check is not None else reason
+
+    assert kind("1\nprint(2)", "output") == "answer is not a single Python expression"
+    assert kind("[f(0)][0]", "input") == "input answer is not a call f(...)"
+    assert kind("[f(0)][0]", "input", "official") == "trusted"  # the official rules accept any text with f(
+    assert kind("[f(0), print][0]", "input", "official") == "value"
+    assert kind("None or True", "output", "official") == "in_process"  # changes what the official assert tests
+    assert kind("1, 2", "output", "official") == "in_process"  # an assert message
+    assert kind("'abc", "output", "official").startswith("the official check program does not compile")
+    # honest expressions stay in the trusted subset (only builtin data operations and the benchmark's f)
+    for answer in ["f(lambda x: x < 2)", "f(dict(a=1), range(3))", "f(''.join(['a'] * 3).upper())",
+                   "f([i * 2 for i in range(3)], g={k: v for k, v in [(1, 2)]})", "f(*'ab', **{'g': sorted([3, 1])})",
+                   "f(f(1))", "f(f'{1!r:>3}')", "f(-1 if 2 > 1 else +1)"]:
+        assert kind(answer, "input") == "trusted", answer
+    assert kind("len('abc') + 1", "output") == "trusted"
+    assert kind("f(2)", "output") == "value"  # strict output: the answer may not run the benchmark's code
+    assert kind("f(2)", "output", "official") == "trusted"
+
+
+@pytest.mark.parametrize("answer", [
+    "f((x for x in ()).gi_frame.f_globals['__builtins__']['__import__']('os'))",  # frame -> builtins, no "_" attr
+    "f(().__class__.__base__.__subclasses__())", "f(__import__('os').getpid())", "f(print)", "f(type(1))",
+    "f(getattr(1, 'real'))", "f((f := len))", "f(lambda: open('/etc/passwd'))", "f(eval('1'))", "f(globals())",
+    "f((lambda g: g.gi_code)(i for i in [1]))", "f(vars())", "f(exit)", "f(breakpoint)", "f([x for x in os])",
+])
+def test_trusted_subset_has_no_way_to_the_runner(answer):
+    # anything that could reach a frame, a module, builtins by name, a file or exit is evaluated in a separate
+    # sandbox whose value only comes back as data
+    row = {"code": "def f(x):\n    return x", "input": "1", "output": "1", "id": "t"}
+    assert plan_check(row, answer, "input")[0].kind == "arguments"
+    assert plan_check(row, answer, "input", "official")[0].kind == "arguments"
+    assert not any(a.startswith(("f_", "gi_", "cr_", "ag_", "tb_", "co_", "func_")) for a in _safe_attributes())

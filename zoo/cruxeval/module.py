@@ -39,6 +39,9 @@ class CRUXEvalModule(HubMixin, L.LightningModule):
         torch_dtype: e.g. ``bfloat16`` (paper) or None for the model's default.
         sandbox_workers / cpu_seconds / wall_timeout / memory_mb: execution limits per check
             (official timeout: 3 s).
+        compat: ``strict`` (each answer is one expression; verdicts from trusted code only) or ``official``
+            (the official harness's unparenthesised check, operator precedence included); see
+            :func:`zoo.cruxeval.plan_check`.
     """
 
     def __init__(self, model: Union[str, dict[str, Any]] = "codellama/CodeLlama-7b-hf", tokenizer: Optional[str] = None,
@@ -46,7 +49,7 @@ class CRUXEvalModule(HubMixin, L.LightningModule):
                  temperature: float = 0.2, top_p: float = 0.95, max_new_tokens: int = 512,
                  stop: Optional[list[str]] = None, ks: Optional[list[int]] = None, torch_dtype: Optional[str] = None,
                  sandbox_workers: int = 2, cpu_seconds: float = 3.0, wall_timeout: float = 5.0,
-                 memory_mb: int = 1024):
+                 memory_mb: int = 1024, compat: Literal["strict", "official"] = "strict"):
         super().__init__()
         self.save_hyperparameters()
         if mode not in ("output", "input"):
@@ -54,6 +57,8 @@ class CRUXEvalModule(HubMixin, L.LightningModule):
         self.ks = sorted(set(ks if ks is not None else [1, 5]))
         if n_samples < 1 or any(k < 1 or k > n_samples for k in self.ks):
             raise ZooError(f"need 1 <= k <= n_samples for every k in ks={self.ks} (n_samples={n_samples})")
+        if compat not in ("strict", "official"):
+            raise ZooError(f"compat must be 'strict' or 'official', got {compat!r}")
         if temperature < 0 or not 0 < top_p <= 1:
             raise ZooError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
         if tokenizer is None:
@@ -102,7 +107,7 @@ class CRUXEvalModule(HubMixin, L.LightningModule):
             a, r = extract_answers(comps or [], hp.mode, hp.cot)
             answers.append(a if comps is not None else None)
             reasons.append(r)
-        results = score_answers(rows, answers, hp.mode, self.sandbox, self.ks, reasons)
+        results = score_answers(rows, answers, hp.mode, self.sandbox, self.ks, reasons, hp.compat)
         return [{**res.to_dict(), "completions": comps} for res, comps in zip(results, completions)]
 
     # -- Lightning --------------------------------------------------------------------------------

@@ -1,10 +1,34 @@
 """CRUXEval scoring: answer parsing, check construction, execution in the sandbox, pass@k.
 
-A candidate is correct when ``{code}\\nassert {output} == {answer}`` runs to its end (output prediction:
-the answer is a literal; input prediction: the answer is a call ``f(...)``), exactly the program the official
-harness executes (evaluation/utils_general.py). Execution happens in :class:`zoo.sandbox.Sandbox` instead of
-the official ``multiprocessing.Process`` + ``reliability_guard`` (which its own docstring calls "NOT a
-security sandbox").
+The official harness (evaluation/utils_general.py) counts a candidate as correct when
+``{code}\nassert {output} == {answer}`` runs to its end in a ``multiprocessing.Process`` guarded by
+``reliability_guard`` (which its own docstring calls "NOT a security sandbox"). Here every check runs in
+:class:`zoo.sandbox.Sandbox`, and the verdict never comes from a process where model-written code could have
+written it (:func:`plan_check` decides how each candidate is checked):
+
+* **trusted** (nearly every honest answer): the answer lies in a small subset of Python that can only do
+  builtin data operations (literals, operators, comprehensions, lambdas over those, calls of pure builtins,
+  the benchmark's own functions, public methods of builtin types). The program ``{code}`` followed by
+  ``({output}) == ({answer})`` then contains nothing that can reach a file descriptor, a module, a frame or
+  ``exit``; its value decides (``True`` = correct).
+* **value** / **arguments**: any other answer is evaluated in a sandbox of its own, and only its value (output
+  prediction) or the values of f's arguments (input prediction) come back, as plain data parsed by the parent;
+  the parent compares the value with the expected output, or a trusted program calls f on those arguments. A
+  program that fakes its report only chooses which data comes back, i.e. gives another answer.
+
+Two modes (``compat``):
+
+* ``strict`` (default): the answer must be one Python expression and is compared as a whole (no operator
+  precedence games: ``None or True`` means ``output == (None or True)``); an input answer must be a call
+  ``f(...)``; an output answer may not use the benchmark's functions.
+* ``official``: the official rules and program exactly. Where the answer's text changes what the official,
+  unparenthesised ``assert {output} == {answer}`` tests (``None or True``, ``f(0) if False else True``, an
+  assert message, further statements), the official program runs and is judged by running to its end inside
+  the sample's own process, as the official harness does; those verdicts can be gamed there too, and are
+  counted (``num_in_process_verdicts``) and warned about. A check that does not even compile fails unrun.
+
+On honest answers the two modes agree: on the 2 x 8,000 official Code Llama 7B sample generations both give
+the official scored file's verdict for every candidate (see cards/cruxeval.md).
 
 Deviations from the official scorer, on purpose:
 
@@ -12,10 +36,13 @@ Deviations from the official scorer, on purpose:
   tag in a CoT completion, empty answer) counts as a failed sample with ``n`` = all samples. The official
   code drops rejected candidates from ``n`` when another candidate of the row passes, which inflates pass@k.
 * pass@k is not reported for k > n (the official formula returns 1.0 there).
-* Identical check programs of one run are executed once (sampling at T=0.2 repeats answers often);
-  execution is deterministic up to hash randomisation, which the official harness does not fix either.
+* Identical checks of one run are executed once (sampling at T=0.2 repeats answers often); execution is
+  deterministic up to hash randomisation, which the official harness does not fix either.
+* An answer outside the trusted subset must evaluate to plain data (``ast.literal_eval`` of its repr): an
+  object with a custom ``__eq__`` no longer passes; arguments reach f as copies of their values.
 * Bad input (malformed row, missing generations, unparsable answer or code) becomes a failed verdict whose
-  ``reason`` says why; scoring never raises on data.
+  ``reason`` says why; scoring never raises on data. Candidates whose check ended in a sandbox error (the
+  harness failed twice, not the program) are counted (``num_sandbox_errors``) and warned about.
 """
 
 from __future__ import annotations
