@@ -127,6 +127,15 @@ class _LossOf(torch.nn.Module):
         return module_loss(self.module, batch)
 
 
+def check_same_selection(digests: torch.Tensor, names: list[str]) -> None:
+    """Every rank's digest of (parameter names, shapes, projection) must be the same, or the gathered gradient rows
+    would not line up coordinate by coordinate."""
+    differ = (digests != digests[0]).nonzero().flatten().tolist()
+    if differ:
+        raise ZooError(f"ranks {differ} inspect other parameters than rank 0 ({len(names)} tensors here: "
+                       f"{', '.join(names[:3])}, ...); ByzantineIdentification needs the same selection on every rank")
+
+
 # ------------------------------------------------------------------------------------------------ callbacks
 class ByzantineAttack(Callback):
     def __init__(self, ranks: list[int], attack: Literal["ood", "label_flip", "grad", "ipm"] = "ood",
@@ -287,10 +296,7 @@ class ByzantineIdentification(Callback):
         # every rank must inspect the same coordinates, or the gathered rows would not line up
         signature = ";".join(f"{n}:{tuple(p.shape)}" for n, p in params) + f"|{self.projection_dim}"
         digest = torch.tensor([int(hashlib.sha1(signature.encode()).hexdigest()[:15], 16)], device=pl_module.device)
-        digests = trainer.strategy.all_gather(digest).reshape(-1)
-        if not bool((digests == digests[0]).all()):
-            raise ZooError(f"ranks disagree on the parameters ByzantineIdentification inspects (rank {trainer.global_rank} "
-                           f"selects {len(params)} tensors: {self._names[:3]}...); select the same on every rank")
+        check_same_selection(trainer.strategy.all_gather(digest).reshape(-1), self._names)
         if self.action == "exclude":
             model = trainer.strategy.model
             if not hasattr(model, "register_comm_hook"):
@@ -314,6 +320,10 @@ class ByzantineIdentification(Callback):
             out += chunk @ block
         return out.to(flat.device)
 
+    def split_generator(self, step: int, rank: int) -> torch.Generator:
+        """The half split's own random stream at a check: one per step and rank, independent of training."""
+        return torch.Generator().manual_seed(self.split_seed * 1_000_003 + 7919 * (step + 1) + rank)
+
     def split_gradients(self, pl_module: L.LightningModule, batch: Any, generator: torch.Generator
                         ) -> tuple[torch.Tensor, torch.Tensor, int, Any]:
         """(g1, g2, n_half, first half) of this rank's batch at the current parameters."""
@@ -324,6 +334,7 @@ class ByzantineIdentification(Callback):
             loss = module_loss(pl_module, half)
             out.append(self._flat(torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)))
         n_half = min(len(next(iter(b.values() if isinstance(b, dict) else b))) for b in (b1, b2))
+        check_finite(f"rank {pl_module.global_rank}'s split-half gradients", torch.stack(out))
         return out[0], out[1], n_half, b1
 
     def per_sample_gradients(self, pl_module: L.LightningModule, batch: Any) -> torch.Tensor:
@@ -364,9 +375,7 @@ class ByzantineIdentification(Callback):
             return
         self._last_step = step
         rank, world = trainer.global_rank, trainer.world_size
-        gen = torch.Generator().manual_seed(self.split_seed * 1_000_003 + 7919 * (step + 1) + rank)
-        g1, g2, n_half, _ = self.split_gradients(pl_module, batch, gen)
-        check_finite(f"rank {rank}'s split-half gradients", torch.stack([g1, g2]))
+        g1, g2, n_half, _ = self.split_gradients(pl_module, batch, self.split_generator(step, rank))
         gathered = trainer.strategy.all_gather(torch.stack([g1, g2])).reshape(world, 2, -1).double().cpu()
         halves = trainer.strategy.all_gather(torch.tensor([n_half], device=pl_module.device)).reshape(-1)
         n_half = int(halves.min())
