@@ -218,3 +218,15 @@ def test_expand_names_points_and_shares_stage_runs(toy_config, tmp_path):
                            "seed_everything": 1}
     assert b.deps == {"a": "a/seed=1"} and b.run_dir == str(tmp_path / "out" / "b" / "lr=0.1,seed=1")
 
+
+
+def test_axis_references_follow_the_point(toy_config, tmp_path):
+    f = tmp_path / "r.yaml"
+    f.write_text(yaml.safe_dump({"config": str(toy_config), "seeds": [3, 4],
+                                 "args": {"data.init_args.seed": "${seed}", "run_name": "s${seed}-h"}}))
+    tasks = expand(load_sweep(f), tmp_path / "out")
+    assert [(t.overrides["data.init_args.seed"], t.overrides["run_name"]) for t in tasks] == [(3, "s3-h"), (4, "s4-h")]
+    f.write_text(yaml.safe_dump({"seeds": [1], "stages": [
+        {"name": "a", "config": str(toy_config), "axes": [], "args": {"data.init_args.seed": "${seed}"}}]}))
+    with pytest.raises(ValueError, match="an axis this stage does not depend on"):
+        load_sweep(f)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import Literal, Optional
@@ -69,7 +70,7 @@ def sweep(file: str, jobs: int = 1, executor: Literal["local", "slurm", "submiti
         print(f"sweep {spec.name}: {len(tasks)} runs in {sweep_dir}")
         for t in tasks:
             for verb in t.verbs:
-                print(f"  {t.id}: zoo {' '.join(task_argv(t.to_dict(), verb, refs[t.id]))}")
+                print(f"  {t.id}: zoo {shlex.join(task_argv(t.to_dict(), verb, refs[t.id]))}")
         return str(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     copy = sweep_dir / "sweep.yaml"

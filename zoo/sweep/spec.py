@@ -9,7 +9,8 @@
 
 or, for chained experiments, `stages: [{name, config, verbs, args, axes}, ...]` where a string value
 ``${<stage>}`` is the run dir of that earlier stage at the same point, and `axes` lists the axes a stage depends
-on (default: all), so points that agree on them share one run of that stage.
+on (default: all), so points that agree on them share one run of that stage. ``${<axis>}`` (e.g. ``${seed}``) is
+the point's value of that axis, so a datamodule's own seed can follow the seed axis.
 
 Everything here is pure bookkeeping (no torch): `load_sweep` validates the file's shape and `expand` turns it into
 `Task`s; checking the overrides against the real config parser happens in `zoo.sweep.runner.validate`.
@@ -154,6 +155,20 @@ def _axes(raw: dict, path: Path) -> tuple[list[Axis], dict[str, dict[str, Any]]]
     return axes, {k: dict(v or {}) for k, v in (variants or {}).items()}
 
 
+def _axis_refs(overrides: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
+    """${axis} -> the point's value (the value itself when it is the whole string, so types survive)."""
+    out = {}
+    for k, v in overrides.items():
+        if isinstance(v, str):
+            whole = REF.fullmatch(v)
+            if whole and whole.group(1) in point:
+                v = point[whole.group(1)]
+            else:
+                v = REF.sub(lambda m: str(point[m.group(1)]) if m.group(1) in point else m.group(0), v)
+        out[k] = v
+    return out
+
+
 def _refs(overrides: dict[str, Any]) -> list[str]:
     found: list[str] = []
     for v in overrides.values():
@@ -209,8 +224,13 @@ def load_sweep(file: str | Path, name: str | None = None) -> Sweep:
                               f"got {axes_of!r}")
         axes_of = [a.short for a in axes if a.name in axes_of or a.short in axes_of]
         args = {**common, **_overrides(rs.get("args"), path, f"{where}`args`")}
+        in_variants = [v for ov in variants.values() for v in ov.values()] if "variant" in axes_of else []
+        refs = _refs({**args, **dict(enumerate(in_variants))})
+        for ref in refs:
+            if ref in names and next(a.short for a in axes if ref in (a.name, a.short)) not in axes_of:
+                raise _fail(path, f"{where}refers to ${{{ref}}}, an axis this stage does not depend on")
         stage = Stage(sname, _configs(rs.get("config"), path, where), _verbs(rs.get("verbs"), path, where), args,
-                      axes_of, _refs(args))
+                      axes_of, [r for r in refs if r not in names])
         for ref in stage.refs:
             earlier = {s.name: s for s in stages}
             if ref not in earlier:
@@ -258,6 +278,7 @@ def expand(sweep: Sweep, sweep_dir: str | Path) -> list[Task]:
                     overrides["seed_everything"] = axes["seed"]
                 else:
                     overrides[a.name] = axes[a.short]
+            overrides = _axis_refs(overrides, axes)
             run_dir = sweep_dir / pname if single else sweep_dir / stage.name / pname
             tasks[tid] = Task(tid, stage.name, pname, axes, str(run_dir), stage.configs, overrides, stage.verbs,
                               {ref: ids[ref] for ref in stage.refs})
