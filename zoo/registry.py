@@ -78,6 +78,7 @@ PAPERS: dict[str, Paper] = {
             datamodules=("datamodules.iml.IMLDataModule",),
             callbacks=("callbacks.iml_tagging.IMLTagging",),
             configs=("iml_cvdb_stage1", "iml_cvdb_stage2"),
+            sweeps=("iml_cvdb_tiny",),
         ),
         Paper(
             "cruxeval",
