@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from zoo.errors import ZooError
 from zoo.score import losses as L
-from zoo.score import reference as R
+import score_reference as R
 
 
 def _batch(B=12, views=2, d=16, classes=4, seed=0, dtype=torch.float64):

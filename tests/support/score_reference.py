@@ -1,4 +1,4 @@
-"""Slow, literal set-function implementations (NumPy, loops over sets) to check the vectorised losses.
+"""Test oracle: slow, literal set-function implementations (NumPy, loops over sets) for the vectorised losses.
 
 Nothing here is used for training; each function transcribes a formula of the module docstring of
 ``zoo.score.losses`` one element at a time, so a vectorisation mistake there shows up as a mismatch.
