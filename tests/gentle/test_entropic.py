@@ -1,0 +1,117 @@
+"""The OT term: the entropic semi-dual reaches the KL-regularised primal (strong duality), never exceeds it (weak
+duality), and the c-transform is the stable form of its definition."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from zoo.gentle.entropic import c_transform, ground_cost, semi_dual
+
+ot = pytest.importorskip("ot", reason="POT (pip install pot) is the peer for entropic OT")
+
+EPS = 1.0
+
+
+def samples(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(0.0, 1.0, n), rng.normal(1.0, 0.5, n)
+
+
+def log_sinkhorn(C, eps, iters=5000, tol=1e-14):
+    """Log-domain Sinkhorn for uniform marginals (float64): the optimal plan of min <C,π> + ε KL(π | μ⊗ν)."""
+    n, m = C.shape
+    log_a, log_b = np.full(n, -math.log(n)), np.full(m, -math.log(m))
+    f, g = np.zeros(n), np.zeros(m)
+    lse = lambda z, axis: np.log(np.exp(z - z.max(axis, keepdims=True)).sum(axis)) + z.max(axis)
+    for _ in range(iters):
+        f_old = f
+        f = -eps * lse((g[None, :] - C) / eps + log_b[None, :], 1)
+        g = -eps * lse((f[:, None] - C) / eps + log_a[:, None], 0)
+        if np.abs(f - f_old).max() < tol:
+            break
+    return np.exp((f[:, None] + g[None, :] - C) / eps + log_a[:, None] + log_b[None, :])
+
+
+def primal_value(plan, C, eps):
+    n, m = C.shape
+    return (plan * C).sum() + eps * (plan * np.log(plan * n * m)).sum()
+
+
+def maximise_semi_dual(a, b, eps):
+    """Free potential vector v on the target points, maximised by L-BFGS in float64."""
+    a_t, b_t = torch.tensor(a), torch.tensor(b)
+    v = torch.zeros(len(b), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([v], lr=1, max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14,
+                            history_size=50, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = -semi_dual(a_t, b_t, v, eps)
+        loss.backward()
+        return loss
+
+    for _ in range(5):
+        opt.step(closure)
+    return semi_dual(a_t, b_t, v.detach(), eps).item(), v.detach()
+
+
+def test_semi_dual_maximum_equals_the_kl_regularised_primal():
+    a, b = samples()
+    C = (a[:, None] - b[None, :]) ** 2
+    plan = log_sinkhorn(C, EPS)
+    np.testing.assert_allclose(plan.sum(1), 1 / len(a), rtol=1e-9)  # converged to the marginals
+    np.testing.assert_allclose(plan.sum(0), 1 / len(b), rtol=1e-9)
+    primal = primal_value(plan, C, EPS)
+    dual, _ = maximise_semi_dual(a, b, EPS)
+    # R carries the official "- ε": max_v (R + ε) is the entropic OT value
+    assert abs((dual + EPS) - primal) < 1e-4, (dual + EPS, primal)
+
+
+def test_pot_sinkhorn_cross_checks_the_plan_and_its_cost():
+    a, b = samples(seed=1)
+    C = (a[:, None] - b[None, :]) ** 2
+    w = np.full(len(a), 1 / len(a))
+    ours = log_sinkhorn(C, EPS)
+    pot_plan = ot.sinkhorn(w, w, C, EPS, method="sinkhorn_log", numItermax=5000, stopThr=1e-13)
+    np.testing.assert_allclose(pot_plan, ours, atol=1e-10)
+    # POT's entropy differs from KL(π | μ⊗ν) by a constant, so the same plan; sinkhorn2 returns <C, π>
+    np.testing.assert_allclose(ot.sinkhorn2(w, w, C, EPS, method="sinkhorn_log", numItermax=5000, stopThr=1e-13),
+                               (ours * C).sum(), rtol=1e-8)
+    dual, _ = maximise_semi_dual(a, b, EPS)
+    assert abs(dual + EPS - primal_value(pot_plan, C, EPS)) < 1e-4
+
+
+def test_weak_duality_for_any_potential():
+    a, b = samples(50, seed=2)
+    C = (a[:, None] - b[None, :]) ** 2
+    primal = primal_value(log_sinkhorn(C, EPS), C, EPS)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        v = 3 * torch.randn(len(b), generator=gen, dtype=torch.float64)
+        assert semi_dual(torch.tensor(a), torch.tensor(b), v, EPS).item() + EPS <= primal + 1e-12
+
+
+@pytest.mark.parametrize("eps", [0.1, 1.0, 10.0])
+def test_c_transform_is_the_definition_and_stable(eps):
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(3, 7, generator=gen, dtype=torch.float64), torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    v = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    C = ground_cost(a, b)
+    naive = -eps * torch.log(torch.exp((v[:, None, :] - C) / eps).mean(-1))
+    torch.testing.assert_close(c_transform(v, C, eps), naive, rtol=1e-12, atol=1e-12)
+    # far from the data the naive exp under/overflows; the log-sum-exp form stays finite
+    assert torch.isfinite(c_transform(v + 1e4, C, 1e-3)).all()
+
+
+def test_costs_and_batching():
+    a, b = torch.tensor([[0.0, 1.0]]), torch.tensor([[3.0]])
+    assert ground_cost(a, b).tolist() == [[[9.0], [4.0]]]
+    assert ground_cost(a, b, "euclidean").tolist() == [[[3.0], [2.0]]]
+    gen = torch.Generator().manual_seed(2)
+    A, B, V = (torch.randn(4, 6, generator=gen, dtype=torch.float64) for _ in range(3))
+    batched = semi_dual(A, B, V)
+    torch.testing.assert_close(batched, torch.stack([semi_dual(A[i], B[i], V[i]) for i in range(4)]))
+    with pytest.raises(ValueError, match="unknown ground cost"):
+        ground_cost(a, b, "cosine")

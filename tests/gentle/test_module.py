@@ -1,0 +1,159 @@
+"""Lightning modules: MLPM layout, one smoothed-GDA step through Lightning, the λ = 0 ablation, the CWGAN schedule,
+the pooled marginal, Hub round trip, checkpointed anchors and one-line errors."""
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from datamodules.conditional import ConditionalDataModule
+from zoo.errors import ZooError
+from zoo.gentle import CWGANModule, GENTLEModule, PooledMarginalModule
+from zoo.gentle.nets import MLPM
+
+
+def tiny_data(**kw):
+    base = {"dataset": "toy1", "n_train_covariates": 12, "n_train_samples": 3, "n_val_covariates": 2,
+            "n_test_covariates": 3, "n_eval_samples": 30, "batch_size": 12}
+    return ConditionalDataModule(**{**base, **kw})
+
+
+def trainer(**kw):
+    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, num_sanity_val_steps=0, **kw)
+
+
+def test_mlpm_layout_and_initialisation():
+    net = MLPM(4)
+    shapes = [tuple(m.weight.shape) for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    assert shapes == [(256, 4), (256, 260), (128, 256), (128, 132), (64, 128), (64, 68), (1, 64)]
+    for m in net.modules():
+        if isinstance(m, torch.nn.Linear):
+            fan_in, fan_out = m.weight.shape[1], m.weight.shape[0]
+            assert m.weight.abs().max() <= (6 / (fan_in + fan_out)) ** 0.5 and (m.bias == 0).all()
+    x = torch.randn(5, 4)
+    assert net(x).shape == (5,)
+    assert torch.allclose(net(x)[2], net(x[2:3])[0])  # rows are independent
+
+
+def test_one_lightning_step_is_one_smoothed_gda_step():
+    L.seed_everything(0, verbose=False)
+    model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=20)
+    start_t = [p.detach().clone() for p in model.mapping.parameters()]
+    start_v = [p.detach().clone() for p in model.potential.parameters()]
+    trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0).fit(model, datamodule=tiny_data())
+    beta, mu = model.hparams.beta, model.hparams.mu
+    for p0, p, a in zip(start_t, model.mapping.parameters(), model.anchors["mapping"]):
+        torch.testing.assert_close(a, (1 - beta) * p0 + beta * p.detach())  # anchors started at the initial weights
+    for p0, p, a in zip(start_v, model.potential.parameters(), model.anchors["potential"]):
+        torch.testing.assert_close(a, (1 - mu) * p0 + mu * p.detach())
+    # one Adam step: every weight with a gradient moves by at most lr
+    moved = torch.cat([(p.detach() - p0).abs().flatten() for p0, p in zip(start_t, model.mapping.parameters())])
+    assert 0 < moved.max() <= model.hparams.lr_mapping * (1 + 1e-5)
+    assert model.neighbour.shape == (12,) and (model.neighbour != torch.arange(12)).all()
+    assert model.cdf_grid.shape == (12, 1000)
+
+
+def test_without_ot_the_potential_never_moves_and_training_fits_the_kde():
+    L.seed_everything(1, verbose=False)
+    # bandwidth 1: wide KDE CDFs, so the fit term has a gradient from the start (narrow ones are flat far away)
+    model = GENTLEModule(x_dim=3, lambda_ot=0.0, n_u=64, n_eval_samples=20, lr_mapping=1e-2, bandwidth=1.0)
+    start_v = [p.detach().clone() for p in model.potential.parameters()]
+    dm = tiny_data()
+    dm.setup("fit")
+    model.build_tables(*dm.train_groups())
+
+    def fit_loss():
+        with torch.no_grad():
+            u = torch.rand(12, 256)
+            from zoo.gentle.kde import interpolate_cdf
+            return (u - interpolate_cdf(model.cdf_grid, model.cdf_values, model.T(u, model.train_x))).square().mean()
+
+    before = fit_loss().item()
+    trainer(max_epochs=25, limit_val_batches=0).fit(model, datamodule=dm)
+    assert all(torch.equal(p0, p) for p0, p in zip(start_v, model.potential.parameters()))
+    assert fit_loss().item() < 0.5 * before
+    assert "ablation-no-ot" in model.card_metadata()["tags"]
+
+
+def test_evaluation_logs_wd_and_ks_and_samples_are_destandardised():
+    L.seed_everything(2, verbose=False)
+    dm = tiny_data()
+    model = PooledMarginalModule(x_dim=3, n_eval_samples=50)
+    t = trainer(max_epochs=1)
+    t.fit(model, datamodule=dm)
+    out = t.test(model, datamodule=dm, verbose=False)[0]
+    assert set(out) == {"test/wd", "test/ks"} and 0 <= out["test/ks"] <= 1
+    draws = model.sample(torch.zeros(2, 3), 40).numpy()
+    train_y = dm.frames["train"]["y"].to_numpy()
+    gap = np.abs(draws.reshape(-1, 1) - train_y[None, :]).min(1)
+    assert gap.max() < 1e-4  # resampled training y's, back in raw units (float32 round trip)
+
+
+def test_cwgan_alternates_critic_and_generator_steps():
+    L.seed_everything(3, verbose=False)
+    model = CWGANModule(x_dim=3, critic_steps=3, n_eval_samples=20)
+    g0 = [p.detach().clone() for p in model.generator.parameters()]
+    dm = tiny_data(batch_by="row", batch_size=6)  # 36 rows: 6 batches per epoch
+    trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0).fit(model, datamodule=dm)
+    assert all(torch.equal(a, b) for a, b in zip(g0, model.generator.parameters()))  # batches 1, 2: critic only
+    trainer(max_epochs=1, limit_train_batches=3, limit_val_batches=0).fit(model, datamodule=dm)
+    assert not all(torch.equal(a, b) for a, b in zip(g0, model.generator.parameters()))  # batch 3: generator
+    y = model.sample(torch.zeros(4, 3), 10)
+    assert y.shape == (4, 10) and torch.isfinite(y).all()
+
+
+def test_cwgan_clips_at_the_lower_bound():
+    model = CWGANModule(x_dim=9)
+    model.set_standardisation({"x_mean": torch.zeros(9), "x_std": torch.ones(9), "y_mean": torch.tensor([5.0]),
+                               "y_std": torch.tensor([2.0]), "y_lower": torch.tensor([0.0])})
+    with torch.no_grad():
+        model.generator.net[-1].bias.fill_(-100.0)
+    assert (model.eval().sample(torch.zeros(3, 9), 7) == 0).all()
+
+
+@pytest.mark.parametrize("cls", [GENTLEModule, CWGANModule, PooledMarginalModule])
+def test_hub_round_trip_keeps_weights_and_standardisation(tmp_path, cls):
+    model = cls(x_dim=2, n_eval_samples=10)
+    stats = {"x_mean": torch.tensor([1.0, 2.0]), "x_std": torch.tensor([3.0, 4.0]), "y_mean": torch.tensor([5.0]),
+             "y_std": torch.tensor([6.0]), "y_lower": torch.tensor([-7.0])}
+    model.set_standardisation(stats)
+    if cls is PooledMarginalModule:
+        model.pooled_y = torch.linspace(-1, 1, 9)
+    model.save_pretrained(tmp_path)
+    again = cls.from_pretrained(tmp_path)
+    x = torch.randn(3, 2)
+    torch.manual_seed(0)
+    a = model.eval().sample(x, 5)
+    torch.manual_seed(0)
+    torch.testing.assert_close(again.eval().sample(x, 5), a)
+    assert again.y_lower.item() == -7.0 and bool(again.standardised)
+
+
+def test_checkpoint_carries_the_anchors(tmp_path):
+    L.seed_everything(4, verbose=False)
+    model = GENTLEModule(x_dim=3, n_u=8, n_eval_samples=10)
+    t = trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0)
+    t.fit(model, datamodule=tiny_data())
+    t.save_checkpoint(tmp_path / "x.ckpt")
+    state = torch.load(tmp_path / "x.ckpt", weights_only=False)
+    assert "gda_anchors" in state and not any(k.startswith(("cdf_", "train_x", "neighbour")) for k in state["state_dict"])
+    fresh = GENTLEModule(x_dim=3, n_u=8, n_eval_samples=10)
+    fresh.on_load_checkpoint(state)
+    for a, b in zip(fresh.anchors["mapping"], model.anchors["mapping"]):
+        torch.testing.assert_close(a, b)
+
+
+def test_one_line_errors():
+    with pytest.raises(ZooError, match="GENTLE beta=1.5 is not allowed: it must be in \\(0, 1\\]"):
+        GENTLEModule(beta=1.5)
+    with pytest.raises(ZooError, match="epsilon=0.0"):
+        GENTLEModule(epsilon=0.0)
+    with pytest.raises(ZooError, match="critic_steps=1"):
+        CWGANModule(critic_steps=1)
+    with pytest.raises(ZooError, match="model x_dim=2 but the toy1 data have 3"):
+        trainer(max_steps=1).fit(GENTLEModule(x_dim=2, n_u=4), datamodule=tiny_data())
+    with pytest.raises(ZooError, match="set data.init_args.batch_by: row"):
+        trainer(max_steps=1).fit(CWGANModule(x_dim=3), datamodule=tiny_data())
+    with pytest.raises(ZooError, match="fit it"):
+        PooledMarginalModule(x_dim=3).sample(torch.zeros(1, 3), 2)

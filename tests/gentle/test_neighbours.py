@@ -1,0 +1,55 @@
+"""MST neighbours: scipy's tree is networkx's tree; every covariate gets an MST-adjacent partner."""
+
+import networkx as nx
+import numpy as np
+import pytest
+from scipy.spatial.distance import pdist, squareform
+
+from zoo.gentle import neighbours
+from zoo.gentle.neighbours import complete_graph, mst_edges, mst_neighbours
+
+
+def nx_tree(x):
+    g = nx.Graph()
+    d = squareform(pdist(x))
+    g.add_weighted_edges_from((i, j, d[i, j]) for i in range(len(x)) for j in range(i + 1, len(x)))
+    return nx.minimum_spanning_tree(g)
+
+
+@pytest.mark.parametrize("n, d", [(2, 1), (30, 3), (120, 9)])
+def test_mst_is_networkx_tree(n, d):
+    x = np.random.default_rng(n).normal(size=(n, d))  # continuous: distinct distances, a unique MST
+    ours = {tuple(e) for e in mst_edges(x)}
+    theirs = {tuple(sorted(e)) for e in nx_tree(x).edges()}
+    assert ours == theirs and len(ours) == n - 1
+
+
+def test_every_covariate_gets_an_adjacent_neighbour():
+    x = np.random.default_rng(0).uniform(size=(80, 4))
+    rel = mst_neighbours(x)
+    tree = nx_tree(x)
+    assert (rel >= 0).all() and (rel != np.arange(80)).all()
+    assert all(tree.has_edge(i, int(j)) for i, j in enumerate(rel))
+
+
+def test_official_assignment_rule_on_a_path():
+    # a path 0-1-2-3 on a line: edges (0,1), (1,2), (2,3) give rel[1]=0, rel[2]=1, rel[3]=2; node 0 is left
+    # over by the rule and takes its only tree neighbour, 1
+    x = np.array([[0.0], [1.0], [2.1], [3.3]])
+    assert mst_neighbours(x).tolist() == [1, 0, 1, 2]
+    # a star around 0: rel[1]=rel[2]=rel[3]=0, and 0 takes its nearest leaf
+    star = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.5], [-2.0, 0.0]])
+    assert mst_neighbours(star).tolist() == [2, 0, 0, 0]
+
+
+def test_blocked_graph_construction_is_the_distance_matrix(monkeypatch):
+    monkeypatch.setattr(neighbours, "BLOCK_ROWS", 7)
+    x = np.random.default_rng(1).normal(size=(23, 3))
+    np.testing.assert_allclose(complete_graph(x).toarray(), np.triu(squareform(pdist(x)), 1), rtol=1e-14)
+
+
+def test_degenerate_inputs():
+    with pytest.raises(ValueError, match="at least 2 distinct covariates"):
+        mst_neighbours(np.zeros((1, 3)))
+    with pytest.raises(ValueError, match="must be distinct"):
+        mst_neighbours(np.array([[0.0], [1.0], [0.0]]))

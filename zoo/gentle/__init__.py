@@ -1,0 +1,34 @@
+"""GENTLE (Nguyen, Nguyen, Nguyen, Nguyen; ICML 2024): generative conditional distributions by neural entropic OT.
+
+Read top-down: `nets` (MLPM, both players), `kde` (the KDE CDFs F̂_i of the fit term), `neighbours` (MST partner
+j(i)), `entropic` (the semi-dual OT term R_i), `gda` (smoothed gradient descent-ascent), `metrics` (WD/KS),
+`simulators` (toy1, toy2, ECM), `baselines` (CWGAN networks), `module` (Lightning: GENTLE and baselines).
+"""
+
+from zoo.gentle.entropic import c_transform, ground_cost, semi_dual
+from zoo.gentle.gda import make_anchors, proximal_penalty, smoothed_gda_step, update_anchors
+from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
+from zoo.gentle.metrics import conditional_scores
+from zoo.gentle.module import ConditionalGeneratorModule, CWGANModule, GENTLEModule, PooledMarginalModule
+from zoo.gentle.neighbours import mst_edges, mst_neighbours
+from zoo.gentle.nets import MLPM
+
+__all__ = [
+    "MLPM",
+    "CWGANModule",
+    "ConditionalGeneratorModule",
+    "GENTLEModule",
+    "PooledMarginalModule",
+    "c_transform",
+    "conditional_scores",
+    "ground_cost",
+    "interpolate_cdf",
+    "kde_cdf_table",
+    "make_anchors",
+    "mst_edges",
+    "mst_neighbours",
+    "proximal_penalty",
+    "semi_dual",
+    "smoothed_gda_step",
+    "update_anchors",
+]

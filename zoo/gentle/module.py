@@ -1,0 +1,382 @@
+"""Lightning modules: GENTLE and its baselines, all evaluated by the same validation/test step.
+
+* `GENTLEModule`: T_θ(u, x) and v_φ(y, x) trained by smoothed GDA (``lambda_ot: 0`` is the "T without OT"
+  ablation: the fit term alone).
+* `CWGANModule`: the CWGAN baseline (ds-wgan, as the official `train_wgan.py` runs it).
+* `PooledMarginalModule`: ignores x; samples the pooled training marginal of y.
+
+Each draws y | x for the evaluation covariates and logs the mean over covariates of the 1-D Wasserstein distance
+(``wd``) and the Kolmogorov-Smirnov statistic (``ks``) to the observed conditional, in raw y units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import lightning as L
+import numpy as np
+import torch
+
+from zoo.errors import ZooError
+from zoo.gentle.baselines import CWGANCritic, CWGANGenerator, gradient_penalty
+from zoo.gentle.entropic import semi_dual
+from zoo.gentle.gda import make_anchors, smoothed_gda_step
+from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
+from zoo.gentle.metrics import conditional_scores
+from zoo.gentle.neighbours import mst_neighbours
+from zoo.gentle.nets import MLPM
+from zoo.hub import HubMixin
+
+STATS = ("x_mean", "x_std", "y_mean", "y_std", "y_lower")
+
+
+class ConditionalGeneratorModule(HubMixin, L.LightningModule):
+    """Shared part: the data's standardisation (buffers, so checkpoints and Hub weights carry it), sampling in raw
+    units, and the WD/KS evaluation. Subclasses implement `sample_standardised`."""
+
+    monitor = "val/wd"
+    monitor_mode = "min"
+    batch_by = "covariate"  # how the datamodule must batch training data
+
+    def __init__(self, x_dim: int, n_eval_samples: int):
+        super().__init__()
+        if x_dim < 1:
+            raise ZooError(f"x_dim must be >= 1, got {x_dim}")
+        if n_eval_samples < 1:
+            raise ZooError(f"n_eval_samples must be >= 1, got {n_eval_samples}")
+        self.register_buffer("x_mean", torch.zeros(x_dim))
+        self.register_buffer("x_std", torch.ones(x_dim))
+        self.register_buffer("y_mean", torch.zeros(1))
+        self.register_buffer("y_std", torch.ones(1))
+        self.register_buffer("y_lower", torch.full((1,), -torch.inf))
+        self.register_buffer("standardised", torch.zeros((), dtype=torch.bool))
+
+    # --------------------------------------------------------------------------------------- data hooks
+    def _datamodule(self):
+        return getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+
+    def setup(self, stage: str) -> None:
+        dm = self._datamodule()
+        if dm is None:
+            return
+        if getattr(dm, "x_dim", self.hparams.x_dim) != self.hparams.x_dim:
+            raise ZooError(f"model x_dim={self.hparams.x_dim} but the {dm.hparams.dataset} data have {dm.x_dim} "
+                           f"covariates {list(dm.schema.x)}")
+        if stage == "fit" and getattr(dm.hparams, "batch_by", self.batch_by) != self.batch_by:
+            raise ZooError(f"{type(self).__name__} trains on batches by {self.batch_by}; set "
+                           f"data.init_args.batch_by: {self.batch_by}")
+        # at fit always; at test/validate only if no checkpoint has set them (a checkpoint is loaded after setup
+        # and overwrites these buffers)
+        if stage == "fit" or not bool(self.standardised):
+            self.set_standardisation(dm.standardisation())
+
+    @torch.no_grad()
+    def set_standardisation(self, stats: dict[str, torch.Tensor]) -> None:
+        for name in STATS:
+            getattr(self, name).copy_(stats[name])
+        self.standardised.fill_(True)
+
+    # --------------------------------------------------------------------------------------- sampling
+    def sample_standardised(self, xs: torch.Tensor, n: int) -> torch.Tensor:
+        """(n_cov, x_dim) standardised covariates -> (n_cov, n) standardised draws of y | x."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def sample(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """(n_cov, x_dim) raw covariates -> (n_cov, n) draws of y | x in raw units (clipped at y's lower bound)."""
+        xs = (x.to(self.x_mean) - self.x_mean) / self.x_std
+        y = self.sample_standardised(xs, n) * self.y_std + self.y_mean
+        return torch.maximum(y, self.y_lower)
+
+    def _evaluate(self, batch: Sequence[tuple[torch.Tensor, torch.Tensor]], stage: str) -> None:
+        x = torch.stack([b[0] for b in batch])
+        generated = self.sample(x, self.hparams.n_eval_samples).double().cpu().numpy()
+        scores = conditional_scores(list(generated), [b[1].cpu().numpy() for b in batch])
+        for name, values in scores.items():
+            self.log(f"{stage}/{name}", float(values.mean()), batch_size=len(batch), prog_bar=stage == "val")
+
+    def validation_step(self, batch, batch_idx):
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._evaluate(batch, "test")
+
+    def predict_step(self, batch, batch_idx):
+        x = torch.stack([b[0] for b in batch]) if isinstance(batch, list) else batch
+        return self.sample(x, self.hparams.n_eval_samples)
+
+
+class GENTLEModule(ConditionalGeneratorModule):
+    """GENTLE: generator T_θ(u, x) (an inverse conditional CDF, u ~ U(0, 1)) and potential v_φ(y, x).
+
+    The generator minimises L_fit + λ R + (r1/2)‖θ - θ̄‖², the potential maximises λ R - (r2/2)‖φ - φ̄‖², then the
+    anchors follow: θ̄ ← (1-β)θ̄ + βθ, φ̄ ← (1-μ)φ̄ + μφ. L_fit = mean_i E_u (u - F̂_i(T(u, x_i)))² with F̂_i the KDE CDF
+    of the y's at x_i; R = mean_i R_i, the entropic semi-dual between T(·, x_i) and T(·, x_j(i)), j(i) an MST
+    neighbour of x_i. Defaults are the official `train_gentle.py`'s.
+
+    Args:
+        x_dim: number of covariates (cps 9, ecm 5, toy1 3, toy2 2).
+        lambda_ot: λ, weight of the OT term (official ``ld`` 0.3; 0 = the ablation without OT).
+        epsilon: ε, entropic regularisation (1.0).
+        bandwidth: KDE ``bw_method`` factor for F̂_i (0.3).
+        r1, r2: proximal weights of the generator and the potential (3.0, 2.0).
+        beta, mu: anchor rates of the generator and the potential (0.5, 0.7).
+        lr_mapping, lr_potential: Adam learning rates (1e-3 both).
+        n_u: B, u-samples per covariate and step (official ``batch_size`` 500).
+        cost: ground cost of the OT term in both players' steps (see the card: the official generator step uses
+            the squared distance, its potential step the absolute one).
+        n_eval_samples: draws per evaluation covariate for WD/KS (no official evaluation script; ours).
+    """
+
+    def __init__(
+        self,
+        x_dim: int = 3,
+        lambda_ot: float = 0.3,
+        epsilon: float = 1.0,
+        bandwidth: float = 0.3,
+        r1: float = 3.0,
+        r2: float = 2.0,
+        beta: float = 0.5,
+        mu: float = 0.7,
+        lr_mapping: float = 1e-3,
+        lr_potential: float = 1e-3,
+        n_u: int = 500,
+        cost: Literal["sqeuclidean", "euclidean"] = "sqeuclidean",
+        n_eval_samples: int = 1000,
+    ):
+        super().__init__(x_dim, n_eval_samples)
+        self.save_hyperparameters()
+        checks = {"lambda_ot": lambda_ot >= 0, "epsilon": epsilon > 0, "bandwidth": bandwidth > 0, "r1": r1 >= 0,
+                  "r2": r2 >= 0, "beta": 0 < beta <= 1, "mu": 0 < mu <= 1, "lr_mapping": lr_mapping > 0,
+                  "lr_potential": lr_potential > 0, "n_u": n_u >= 1}
+        allowed = {"lambda_ot": ">= 0", "epsilon": "> 0", "bandwidth": "> 0", "r1": ">= 0", "r2": ">= 0",
+                   "beta": "in (0, 1]", "mu": "in (0, 1]", "lr_mapping": "> 0", "lr_potential": "> 0", "n_u": ">= 1"}
+        for name, ok in checks.items():
+            if not ok:
+                raise ZooError(f"GENTLE {name}={getattr(self.hparams, name)} is not allowed: it must be {allowed[name]}")
+        if cost not in ("sqeuclidean", "euclidean"):
+            raise ZooError(f"GENTLE cost={cost!r}: use 'sqeuclidean' or 'euclidean'")
+        self.automatic_optimization = False
+        self.mapping = MLPM(1 + x_dim)  # T_θ([u, x])
+        self.potential = MLPM(1 + x_dim)  # v_φ([y, x])
+        self.anchors: dict[str, list[torch.Tensor]] | None = None
+
+    # --------------------------------------------------------------------------------------- training tables
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        dm = self._datamodule()
+        if stage == "fit" and dm is not None:
+            self.build_tables(*dm.train_groups())
+
+    def build_tables(self, x_distinct: np.ndarray, y_groups: list[np.ndarray]) -> None:
+        """F̂_i tables and MST neighbours of the distinct training covariates (standardised). Not persistent: they
+        are training data, rebuilt from the datamodule at every fit."""
+        grid, cdf = kde_cdf_table(y_groups, self.hparams.bandwidth)
+        try:
+            neighbours = mst_neighbours(x_distinct)
+        except ValueError as e:
+            raise ZooError(f"GENTLE neighbours: {e}") from e
+        f32 = lambda a: torch.as_tensor(a, dtype=torch.float32, device=self.device)
+        self.register_buffer("train_x", f32(x_distinct), persistent=False)
+        self.register_buffer("cdf_grid", f32(grid), persistent=False)
+        self.register_buffer("cdf_values", f32(cdf), persistent=False)
+        self.register_buffer("neighbour", torch.as_tensor(neighbours, device=self.device), persistent=False)
+
+    # --------------------------------------------------------------------------------------- the players
+    def T(self, u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """(n_cov, B) u's at (n_cov, x_dim) standardised covariates -> (n_cov, B) standardised y's."""
+        n, b = u.shape
+        inp = torch.cat([u.reshape(n * b, 1), x[:, None, :].expand(n, b, x.shape[-1]).reshape(n * b, -1)], dim=1)
+        return self.mapping(inp).reshape(n, b)
+
+    def v(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        n, b = y.shape
+        inp = torch.cat([y.reshape(n * b, 1), x[:, None, :].expand(n, b, x.shape[-1]).reshape(n * b, -1)], dim=1)
+        return self.potential(inp).reshape(n, b)
+
+    def sample_standardised(self, xs: torch.Tensor, n: int) -> torch.Tensor:
+        return self.T(torch.rand(xs.shape[0], n, device=xs.device), xs)
+
+    def ot_term(self, a: torch.Tensor, x_j: torch.Tensor, through_generator: bool = True) -> torch.Tensor:
+        """R = mean_i R_i for generated a = T(u, x_i) (n_cov, B) against fresh draws b = T(u', x_j) at the
+        neighbours. In the generator step the gradient reaches θ through a, b and v's input b; in the potential
+        step (``through_generator=False``) the draws are constants and only v_φ is differentiated."""
+        with torch.set_grad_enabled(through_generator and torch.is_grad_enabled()):
+            b = self.T(torch.rand_like(a), x_j)
+        hp = self.hparams
+        return semi_dual(a, b, self.v(b, x_j), hp.epsilon, hp.cost).mean()
+
+    # --------------------------------------------------------------------------------------- smoothed GDA
+    def configure_optimizers(self):
+        return [torch.optim.Adam(self.mapping.parameters(), lr=self.hparams.lr_mapping),
+                torch.optim.Adam(self.potential.parameters(), lr=self.hparams.lr_potential)]
+
+    def on_fit_start(self) -> None:
+        if self.anchors is None:  # fresh run: anchors start at the initial weights (official z_pre, v_pre)
+            self.anchors = {"mapping": make_anchors(self.mapping.parameters()),
+                            "potential": make_anchors(self.potential.parameters())}
+
+    def training_step(self, batch, batch_idx):
+        (idx,) = batch
+        hp = self.hparams
+        x_i, x_j = self.train_x[idx], self.train_x[self.neighbour[idx]]
+        grid, cdf = self.cdf_grid[idx], self.cdf_values[idx]
+        parts: dict[str, torch.Tensor] = {}
+
+        def generator_loss() -> torch.Tensor:
+            u = torch.rand(len(idx), hp.n_u, device=self.device)
+            a = self.T(u, x_i)
+            parts["l_fit"] = (u - interpolate_cdf(grid, cdf, a)).square().mean()
+            if hp.lambda_ot == 0:
+                return parts["l_fit"]
+            parts["reg_generator"] = self.ot_term(a, x_j)
+            return parts["l_fit"] + hp.lambda_ot * parts["reg_generator"]
+
+        def potential_objective() -> torch.Tensor:
+            if hp.lambda_ot == 0:  # nothing to ascend: only the proximal term, which stays at 0
+                return torch.zeros((), device=self.device)
+            with torch.no_grad():
+                a = self.T(torch.rand(len(idx), hp.n_u, device=self.device), x_i)
+            parts["reg"] = self.ot_term(a, x_j, through_generator=False)
+            return hp.lambda_ot * parts["reg"]
+
+        opt_t, opt_v = self.optimizers()
+        out = smoothed_gda_step(
+            list(self.mapping.parameters()), list(self.potential.parameters()),
+            self.anchors["mapping"], self.anchors["potential"], generator_loss, potential_objective,
+            opt_t, opt_v, hp.r1, hp.r2, hp.beta, hp.mu, backward=self.manual_backward)
+        n = len(idx)
+        self.log("train/loss", out["min_loss"], prog_bar=True, batch_size=n)
+        self.log("train/l_fit", parts["l_fit"].detach(), batch_size=n)
+        if "reg" in parts:
+            self.log("train/reg", parts["reg"].detach(), batch_size=n)
+        self.log("train/prox_mapping", out["prox_min"], batch_size=n)
+        self.log("train/prox_potential", out["prox_max"], batch_size=n)
+
+    # anchors travel in the Lightning checkpoint (exact resume) but not in the Hub weights
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.anchors is not None:
+            checkpoint["gda_anchors"] = {k: [a.cpu() for a in v] for k, v in self.anchors.items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        if "gda_anchors" in checkpoint:
+            self.anchors = {k: [a.to(self.device) for a in v] for k, v in checkpoint["gda_anchors"].items()}
+
+    def card_metadata(self) -> dict:
+        tags = ["gentle", "conditional-generation", "entropic-optimal-transport"]
+        return {"tags": tags + (["ablation-no-ot"] if self.hparams.lambda_ot == 0 else []), "base_model": None}
+
+
+class CWGANModule(ConditionalGeneratorModule):
+    """CWGAN baseline (Athey et al., ds-wgan, as the official `train_wgan.py` configures it).
+
+    Args:
+        x_dim: number of covariates.
+        hidden: hidden widths of generator and critic (ds-wgan: 128-128-128).
+        generator_dropout, critic_dropout: dropout (ds-wgan: 0.1, 0).
+        critic_steps: every ``critic_steps``-th batch is a generator step, the others critic steps (15).
+        gp_factor: weight of the one-sided gradient penalty (5).
+        lr_generator, lr_critic: Adam learning rates (official `train_wgan.py`: 1e-3 both).
+        n_eval_samples: draws per evaluation covariate.
+    """
+
+    batch_by = "row"
+
+    def __init__(
+        self,
+        x_dim: int = 3,
+        hidden: list[int] = [128, 128, 128],  # noqa: B006 (jsonargparse needs a literal default)
+        generator_dropout: float = 0.1,
+        critic_dropout: float = 0.0,
+        critic_steps: int = 15,
+        gp_factor: float = 5.0,
+        lr_generator: float = 1e-3,
+        lr_critic: float = 1e-3,
+        n_eval_samples: int = 1000,
+    ):
+        super().__init__(x_dim, n_eval_samples)
+        self.save_hyperparameters()
+        if critic_steps < 2:
+            raise ZooError(f"CWGAN critic_steps={critic_steps}: must be >= 2 (one generator step per critic_steps)")
+        if not (0 <= generator_dropout < 1 and 0 <= critic_dropout < 1):
+            raise ZooError(f"CWGAN dropout must be in [0, 1), got {generator_dropout}, {critic_dropout}")
+        self.automatic_optimization = False
+        self.generator = CWGANGenerator(x_dim, hidden, generator_dropout)
+        self.critic = CWGANCritic(x_dim, hidden, critic_dropout)
+
+    def _lower_standardised(self) -> torch.Tensor:
+        return (self.y_lower - self.y_mean) / self.y_std
+
+    def sample_standardised(self, xs: torch.Tensor, n: int) -> torch.Tensor:
+        rows = xs.repeat_interleave(n, dim=0)
+        return self.generator(rows, self._lower_standardised()).reshape(xs.shape[0], n)
+
+    def configure_optimizers(self):
+        return [torch.optim.Adam(self.generator.parameters(), lr=self.hparams.lr_generator),
+                torch.optim.Adam(self.critic.parameters(), lr=self.hparams.lr_critic)]
+
+    def training_step(self, batch, batch_idx):
+        y, x = batch
+        opt_g, opt_c = self.optimizers()
+        # ds-wgan counts batches from 1 and makes batch k a generator step when k % critic_steps == 0; one
+        # optimizer steps per batch, so global_step counts batches
+        if (self.global_step + 1) % self.hparams.critic_steps == 0:
+            loss = -self.critic(self.generator(x, self._lower_standardised()), x).mean()
+            opt_g.zero_grad()
+            self.manual_backward(loss, inputs=list(self.generator.parameters()))
+            opt_g.step()
+            self.log("train/generator_loss", loss.detach(), batch_size=len(y))
+            return
+        y_hat = self.generator(x, self._lower_standardised()).detach()
+        wd = self.critic(y, x).mean() - self.critic(y_hat, x).mean()
+        loss = -wd + self.hparams.gp_factor * gradient_penalty(self.critic, y, y_hat, x)
+        opt_c.zero_grad()
+        self.manual_backward(loss, inputs=list(self.critic.parameters()))
+        opt_c.step()
+        self.log("train/loss", loss.detach(), prog_bar=True, batch_size=len(y))
+        self.log("train/critic_wd", wd.detach(), batch_size=len(y))
+
+    def card_metadata(self) -> dict:
+        return {"tags": ["gentle", "baseline", "cwgan", "conditional-generation"], "base_model": None}
+
+
+class PooledMarginalModule(ConditionalGeneratorModule):
+    """Baseline that ignores x: y | x is drawn from the pooled training marginal of y (resampling the training y's).
+
+    Args:
+        x_dim: number of covariates (checked against the data, otherwise unused).
+        n_eval_samples: draws per evaluation covariate.
+    """
+
+    def __init__(self, x_dim: int = 3, n_eval_samples: int = 1000):
+        super().__init__(x_dim, n_eval_samples)
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.register_buffer("pooled_y", torch.zeros(0))
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        dm = self._datamodule()
+        if stage == "fit" and dm is not None:
+            self.pooled_y = torch.as_tensor(dm.train_y(), dtype=torch.float32, device=self.device)
+
+    def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
+        if "pooled_y" in state_dict:
+            self.pooled_y = torch.empty_like(state_dict["pooled_y"], device=self.device)
+
+    def sample_standardised(self, xs: torch.Tensor, n: int) -> torch.Tensor:
+        if self.pooled_y.numel() == 0:
+            raise ZooError("PooledMarginalModule has no training y's: fit it (or load a fitted checkpoint) first")
+        pick = torch.randint(self.pooled_y.numel(), (xs.shape[0], n), device=xs.device)
+        return self.pooled_y[pick]
+
+    def configure_optimizers(self):
+        return None  # nothing to train: "fitting" stores the training y's
+
+    def training_step(self, batch, batch_idx):
+        return None
+
+    def card_metadata(self) -> dict:
+        return {"tags": ["gentle", "baseline", "pooled-marginal"], "base_model": None}
