@@ -83,7 +83,7 @@ def test_bge_equals_an_independent_bayesian_computation():
 
 def test_bge_is_score_equivalent():
     """Markov-equivalent DAGs (pgmpy's I-equivalence) have equal BGe scores; the true parent beats its absence."""
-    from pgmpy.base import DAG
+    DAG = pytest.importorskip("pgmpy.base", reason="pgmpy (the I-equivalence oracle) is not installed").DAG
 
     rng = np.random.default_rng(0)
     data = rng.normal(size=(60, 4))

@@ -94,3 +94,18 @@ def test_bad_input_is_a_one_line_error():
         m = GFNPGModule(**TINY)
         m.set_env(small.env)
         m.set_env(other.env)
+
+
+def test_train_iteration_without_a_trainer_and_predict():
+    dm = GFNEnvDataModule(env="hypergrid", height=5, ndim=2, n_iterations=2)
+    dm.setup()
+    model = GFNPGModule(variant="RL-B", **TINY)
+    model.set_env(dm.env)
+    opts = model.named_optimizers()
+    assert set(opts) == {"forward", "backward"}
+    before = [p.detach().clone() for p in model.parameters()]
+    metrics = model.train_iteration(opts)
+    assert int(model.iterations) == 1 and metrics["train/states_visited"] == 16.0
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # every network moved
+    (out,) = _trainer().predict(model, datamodule=dm)
+    assert out["x"].shape == (16, 2) and torch.equal(out["log_reward"], dm.env.log_reward(out["x"]))

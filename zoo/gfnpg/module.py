@@ -171,33 +171,44 @@ class GFNPGModule(HubMixin, L.LightningModule):
         self._opt_names = list(opts)
         return list(opts.values())
 
+    def named_optimizers(self) -> dict:
+        """name -> optimiser, built afresh (for ``train_iteration`` outside a Trainer)."""
+        opts = self.configure_optimizers()
+        return dict(zip(self._opt_names, opts))
+
     def _opts(self) -> dict:
         opts = self.optimizers()
         return dict(zip(self._opt_names, opts if isinstance(opts, list) else [opts]))
 
     def _step(self, opt, loss: torch.Tensor) -> None:
         opt.zero_grad()
-        self.manual_backward(loss)
+        if self._trainer is not None:
+            self.manual_backward(loss)  # Lightning's hooks (the NaN guard) see the loss
+        else:
+            loss.backward()
         opt.step()
 
     # ------------------------------------------------------------------------------------------ training
     def training_step(self, batch, batch_idx):
+        self.log_dict(self.train_iteration(self._opts()), batch_size=self.hparams.batch_size)
+
+    def train_iteration(self, opts: dict) -> dict[str, torch.Tensor | float]:
+        """One iteration of the official training loop with the optimisers ``opts`` (name -> optimiser, as
+        ``configure_optimizers`` builds them); usable without a Trainer. Returns the iteration's metrics."""
         env, hp = self.env, self.hparams
+        self._extra = {}
         traj = sample_forward(env, self.pf, hp.batch_size, self.device)
         log_rewards = env.log_reward(traj.terminal_states)
-        opts = self._opts()
         if self.method == "RL":
             loss = self._rl_step(opts, traj, log_rewards)
         else:
             loss = self._balance_step(opts, traj, log_rewards)
         self.iterations += 1
-        b = hp.batch_size
-        metrics = {"train/loss": loss.detach(), "train/states_visited": float(self.iterations * b),
+        metrics = {"train/loss": loss.detach(), "train/states_visited": float(self.iterations * hp.batch_size),
                    "train/mean_length": traj.lengths.float().mean(), **self._extra}
         if self.log_z is not None:
             metrics["train/logZ"] = self.log_z.detach()
-        self.log_dict(metrics, batch_size=b)
-        self._extra = {}
+        return metrics
 
     def _rl_step(self, opts: dict, traj, log_rewards: torch.Tensor) -> torch.Tensor:
         env, hp = self.env, self.hparams
