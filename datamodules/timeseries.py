@@ -288,7 +288,7 @@ class UCRClassificationDataModule(L.LightningDataModule):
         x, m, y = to_set(train)
         n_val = int(round(hp.val_fraction * len(y)))
         order = np.random.default_rng(hp.seed).permutation(len(y))
-        tr, va = order[n_val:], order[:n_val]
+        tr, va = np.sort(order[n_val:]), np.sort(order[:n_val])  # the file's order within each part
         self.sets = {"train": ClassificationDataset(x[tr], m[tr], y[tr]),
                      "val": ClassificationDataset(x[va], m[va], y[va]),
                      "test": ClassificationDataset(*to_set(test))}

@@ -1,0 +1,166 @@
+"""The released formats, read by our readers and datamodules, against aeon's readers and momentfm's datasets."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from datamodules.timeseries import (ETTh1DataModule, PretrainingDataModule, UCRAnomalyDataModule,
+                                    UCRClassificationDataModule, embedded_ett)
+from zoo.errors import ZooError
+from zoo.moment.formats import AEON_CLASSIFICATION, bundled_dir, read_kdd_tsad_csv, read_ts, read_ucr_anomaly
+
+TS_TEXT = """# written as the UCR/UEA archive writes them
+@problemName Tiny
+@timeStamps false
+@missing true
+@univariate false
+@dimensions 2
+@equalLength true
+@seriesLength 4
+@classLabel true a b
+@data
+1.0,2.0,3.0,4.0:0.5,?,0.5,0.5:a
+-1,-2,-3,-4:1,1,1,1:b
+"""
+
+
+def test_ts_reader_handles_multivariate_and_missing(tmp_path):
+    p = tmp_path / "Tiny_TRAIN.ts"
+    p.write_text(TS_TEXT)
+    data = read_ts(p)
+    assert data.n_channels == 2 and data.labels.tolist() == ["a", "b"]
+    assert np.isnan(data.series[0][1, 1]) and data.series[1][0].tolist() == [-1, -2, -3, -4]
+    p.write_text(TS_TEXT.replace(":b\n", ":c\n"))
+    with pytest.raises(ZooError, match="'c' is not among @classLabel"):
+        read_ts(p)
+
+
+@pytest.mark.parametrize("name", AEON_CLASSIFICATION)
+def test_ts_reader_agrees_with_aeon(name):
+    aeon_datasets = pytest.importorskip("aeon.datasets", reason="aeon is not installed (pip install --no-deps aeon==1.6.0)")
+    for split in ("TRAIN", "TEST"):
+        path = bundled_dir("aeon", name) / f"{name}_{split}.ts"
+        x_ref, y_ref = aeon_datasets.load_from_ts_file(str(path))
+        ours = read_ts(path)
+        np.testing.assert_array_equal(ours.as_array(), np.asarray(x_ref))
+        # aeon lower-cases class labels (BasicMotions' "Standing" comes back "standing"); ours keeps the file's
+        np.testing.assert_array_equal(np.char.lower(ours.labels.astype(str)), y_ref)
+
+
+def test_ucr_anomaly_txt_labels_agree_with_aeons_kdd_135(tmp_path):
+    pytest.importorskip("aeon", reason="aeon is not installed (pip install --no-deps aeon==1.6.0)")
+    bundled = read_kdd_tsad_csv(bundled_dir("aeon", "KDD-TSAD_135"), "135_UCR_Anomaly_InternalBleeding16")
+    txt = tmp_path / "135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"  # the archive's own file name
+    txt.write_text("\n".join(f"{v:.5f}" for v in bundled.values))
+    ours = read_ucr_anomaly(txt)
+    assert ours.train_end == bundled.train_end == 1200
+    np.testing.assert_array_equal(ours.labels, bundled.labels)
+    np.testing.assert_allclose(ours.values, bundled.values, atol=1e-5)
+
+
+def test_tsb_uad_out_file_without_header(tmp_path):
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=2000)
+    labels = np.zeros(2000, dtype=int)
+    labels[1500:1520] = 1
+    p = tmp_path / "198_UCR_Anomaly_tiny_1000_1500_1520.out"
+    pd.DataFrame({0: values, 1: labels.astype(float)}).to_csv(p, header=False, index=False)
+    s = read_ucr_anomaly(p)
+    assert s.values.shape == (2000,) and s.train_end == 1000 and s.labels.sum() == 20  # no row read as a header
+    dm = UCRAnomalyDataModule(source="local", path=str(p))
+    dm.setup("test")
+    w = dm.sets["test"]
+    assert len(w) == 2 and [x["start"] for x in w] == [0, 488]  # 1000 test points: 0..511 and the end-aligned 488..999
+
+
+@pytest.fixture
+def ett_dir(tmp_path):
+    """ETTh1.csv in its released format (header, hourly dates, 17,420 rows) at ../data/ETTh1.csv of a work dir."""
+    (tmp_path / "data").mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    df = embedded_ett(17_420, seed=3)
+    df["date"] = df["date"].dt.strftime("%Y-%m-%d %H:%M:%S")
+    df.to_csv(tmp_path / "data" / "ETTh1.csv", index=False)
+    return tmp_path
+
+
+def test_etth1_windows_match_momentfm_informer_dataset(ett_dir, monkeypatch, momentfm):
+    from momentfm.data.informer_dataset import InformerDataset
+
+    monkeypatch.chdir(ett_dir / "work")  # InformerDataset reads ../data/ETTh1.csv
+    dm = ETTh1DataModule(source="local", path=str(ett_dir / "data" / "ETTh1.csv"), forecast_horizon=192)
+    dm.setup("fit")
+    for split in ("train", "test"):
+        ref = InformerDataset(data_split=split, forecast_horizon=192)
+        ours = dm.sets[split]
+        assert len(ours) == len(ref)
+        for i in (0, len(ref) // 2, len(ref) - 1):
+            x, y, _ = ref[i]
+            torch.testing.assert_close(ours[i]["x"], torch.as_tensor(x, dtype=torch.float32))
+            torch.testing.assert_close(ours[i]["y"], torch.as_tensor(y, dtype=torch.float32))
+    assert len(dm.sets["train"]) == 8640 - 512 - 192 + 1 and len(dm.sets["test"]) == 2880 - 192 + 1
+
+
+def test_ett_header_is_checked(tmp_path):
+    p = tmp_path / "ETTh1.csv"
+    p.write_text("date,a,b\n2016-07-01 00:00:00,1,2\n")
+    with pytest.raises(ZooError, match="not the ETT schema"):
+        ETTh1DataModule(source="local", path=str(p)).setup("fit")
+    with pytest.raises(ZooError, match="ETTh1.csv is in the moment repo"):
+        ETTh1DataModule(source="local", path=str(tmp_path / "none.csv")).setup("fit")
+
+
+def test_ucr_classification_matches_momentfm_dataset(tmp_path, monkeypatch, momentfm):
+    from momentfm.data.classification_dataset import ClassificationDataset
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "work").mkdir()
+    header = "@problemName ECG5000\n@timeStamps false\n@missing false\n@univariate true\n@equalLength true\n" \
+             "@seriesLength 140\n@classLabel true 1 2 3 4 5\n@data\n"
+    for split, n in (("TRAIN", 40), ("TEST", 30)):
+        rows = [",".join(f"{v:.6f}" for v in rng.normal(size=140)) + f":{rng.integers(1, 6)}" for _ in range(n)]
+        (tmp_path / "data" / f"ECG5000_{split}.ts").write_text(header + "\n".join(rows) + "\n")
+    monkeypatch.chdir(tmp_path / "work")
+    dm = UCRClassificationDataModule(source="local", train_path="../data/ECG5000_TRAIN.ts",
+                                     test_path="../data/ECG5000_TEST.ts")
+    dm.setup("fit")
+    for split in ("train", "test"):
+        ref = ClassificationDataset(data_split=split)
+        ours = dm.sets[split]
+        assert len(ours) == len(ref)
+        for i in (0, 7):
+            x, mask, label = ref[i]
+            torch.testing.assert_close(ours[i]["x"], torch.as_tensor(x, dtype=torch.float32))
+            np.testing.assert_array_equal(ours[i]["input_mask"].numpy(), mask)  # left padding, 0 there
+            assert int(ours[i]["label"]) == int(label)
+
+
+def test_longer_series_than_512_are_refused(tmp_path):
+    header = "@problemName Long\n@univariate true\n@equalLength true\n@classLabel true 1 2\n@data\n"
+    p = tmp_path / "Long_TRAIN.ts"
+    p.write_text(header + ",".join(["0.5"] * 600) + ":1\n" + ",".join(["0.1"] * 600) + ":2\n")
+    dm = UCRClassificationDataModule(source="local", train_path=str(p), test_path=str(p), scaling="none")
+    with pytest.raises(ZooError, match="longer than MOMENT's 512 steps: cut it into windows"):
+        dm.setup("fit")
+
+
+def test_bundled_pretraining_mix_uses_training_parts_only():
+    pytest.importorskip("aeon", reason="aeon is not installed (pip install --no-deps aeon==1.6.0)")
+    dm = PretrainingDataModule(sources=["aeon:GunPoint", "aeon:KDD-TSAD_135", "aeon:Airline"], val_fraction=0.0)
+    dm.setup("fit")
+    # GunPoint: 50 training cases of 150 steps; KDD-135: 1,200 training points -> 3 windows; Airline: 1 series
+    assert len(dm.sets["train"]) == 50 + 3 + 1
+    item = dm.sets["train"][0]
+    assert item["x"].shape == (1, 512) and item["input_mask"].shape == (512,)
+
+
+def test_bad_datamodule_arguments():
+    with pytest.raises(ZooError, match="unknown pre-training source"):
+        PretrainingDataModule(sources=["aeon:Nope"])
+    with pytest.raises(ZooError, match="needs path"):
+        ETTh1DataModule(source="local")
+    with pytest.raises(ZooError, match="batch_size must be at least 1"):
+        UCRClassificationDataModule(source="embedded", batch_size=0)
