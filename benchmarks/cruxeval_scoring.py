@@ -183,6 +183,26 @@ def run_zoo_raw(rows: list[dict], workers: int) -> list[bool]:
         return [v.passed for v in sb.map(official_programs(rows))]
 
 
+def sandbox_at(rev: str, workdir: Path):
+    """``zoo/sandbox.py`` as it was at git revision ``rev`` (its zygote runs from that file), for a
+    load-independent before/after ratio measured in the same run."""
+    import importlib.util
+
+    path = workdir / f"sandbox_{rev}.py"
+    path.write_text(subprocess.run(["git", "show", f"{rev}:zoo/sandbox.py"], cwd=ROOT, capture_output=True,
+                                   text=True, check=True).stdout)
+    spec = importlib.util.spec_from_file_location(f"sandbox_{rev}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.Sandbox
+
+
+def run_raw_with(sandbox_cls, rows: list[dict], workers: int) -> list[bool]:
+    with sandbox_cls(workers=workers, cpu_seconds=3, wall_timeout=3, memory_mb=1024) as sb:
+        return [v.passed for v in sb.map(official_programs(rows))]
+
+
 def gold(rows: list[dict], mode: str) -> dict[str, list[str]]:
     return {r["id"]: [r["output"] if mode == "output" else f"f({r['input']})"] for r in rows}
 
@@ -217,6 +237,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1, help="repetitions of the zoo runs (median and range)")
     ap.add_argument("--fresh-checks", type=int, default=200, help="checks for the fresh-python peer (it is slow)")
     ap.add_argument("--quick", action="store_true", help="first 100 rows only")
+    ap.add_argument("--compare-rev", default=None,
+                    help="also time zoo/sandbox.py of this git revision (same programs, same run)")
     args = ap.parse_args()
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
     rows = [{**r, "id": r.get("id", f"sample_{i}")} for i, r in enumerate(rows)]
@@ -225,19 +247,31 @@ def main() -> None:
     n = 2 * len(rows)
     fresh_rows = rows[: max(1, args.fresh_checks // 2)]
     meter = CpuMeter()
+    tmp = None
     try:
-        with Sandbox(workers=args.workers) as sb:  # warm the page cache for the interpreter and this file
-            sb.run("pass")
-        reps = {"zoo": [], "raw": []}
+        before = None
+        if args.compare_rev:
+            import tempfile
+
+            tmp = tempfile.TemporaryDirectory()
+            before = sandbox_at(args.compare_rev, Path(tmp.name))
+        for cls in (Sandbox, before) if before else (Sandbox,):
+            with cls(workers=args.workers) as sb:  # warm the page cache for the interpreter and the files
+                sb.run("pass")
+        reps = {"zoo": [], "raw": [], "before": []}
         for _ in range(max(1, args.reps)):
             reps["zoo"].append(measure(meter, run_zoo, rows, args.workers))
             reps["raw"].append(measure(meter, run_zoo_raw, rows, args.workers))
+            if before:
+                reps["before"].append(measure(meter, run_raw_with, before, rows, args.workers))
         floor = measure(meter, bare_fork, max(n // args.workers, 1), args.workers)
         official = measure(meter, run_official, rows, args.workers)
         fresh = measure(meter, run_fresh_python, fresh_rows, args.workers)
         peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     finally:
         meter.close()
+        if tmp is not None:
+            tmp.cleanup()
 
     def median(runs):
         return sorted(runs, key=lambda r: r[0])[len(runs) // 2]
@@ -261,6 +295,11 @@ def main() -> None:
     raw = median(reps["raw"])
     print(f"zoo.sandbox.map of the official programs (no scorer): {raw[0]:.2f} s wall, {n / raw[0]:.0f} checks/s, "
           f"{1e3 * raw[1] / n:.2f} ms CPU/check, {sum(raw[3])}/{n} passed")
+    if reps["before"]:
+        old = median(reps["before"])
+        print(f"zoo.sandbox.map at {args.compare_rev} (same programs, same run): {old[0]:.2f} s wall, "
+              f"{n / old[0]:.0f} checks/s, {1e3 * old[1] / n:.2f} ms CPU/check, {sum(old[3])}/{n} passed; "
+              f"now {old[1] / raw[1]:.2f}x less CPU per check (map), {old[1] / zoo[1]:.2f}x (scorer)")
     fn = floor[3]
     print(f"floor, bare fork()+waitpid() of `python -I -S` ({args.workers} forkers): {floor[0]:.2f} s wall, "
           f"{fn / floor[0]:.0f} forks/s, {1e3 * floor[1] / fn:.2f} ms CPU/fork")

@@ -976,7 +976,9 @@ class _Worker:
             env=env, close_fds=True, start_new_session=True, cwd="/")
         self.wall = limits.wall_timeout
         try:
-            os.write(self.proc.stdin.fileno(), code)
+            view = memoryview(code)
+            while view:
+                view = view[os.write(self.proc.stdin.fileno(), view):]
         except OSError:
             pass  # it died at once: reported below
         hello = _recv(self.proc.stdout.fileno(), time.monotonic() + 60)
