@@ -11,7 +11,7 @@ row, one observation per row, columns by name):
 Sources (explicit in the config, logged, never a silent fallback):
 * ``local``: read the three CSVs from ``data_dir``.
 * ``embedded``: seeded draws. ecm/toy1/toy2 come from the paper's simulators (`zoo.gentle.simulators`): training
-  covariates with ``n_train_samples`` draws each, validation/test covariates with ``n_eval_samples`` draws each.
+  covariates with ``n_train_samples`` draws each, validation/test covariates with ``n_eval_draws`` draws each.
   cps has no simulator: ``embedded`` gives *synthetic* rows in the LDW-CPS schema (for smoke runs only; not the
   real data, and the card says so).
 
@@ -125,7 +125,7 @@ class ConditionalDataModule(L.LightningDataModule):
     source: ``local`` (CSV files in ``data_dir``) or ``embedded`` (seeded simulators; synthetic rows for cps).
     data_dir: folder with ``train.csv``, ``val.csv``, ``test.csv`` (the official ``datasets/<name>/``).
     n_train_covariates, n_train_samples: embedded training set size (distinct covariates x draws each).
-    n_val_covariates, n_test_covariates, n_eval_samples: embedded evaluation sets (draws per covariate).
+    n_val_covariates, n_test_covariates, n_eval_draws: embedded evaluation sets (draws per covariate).
     balance: resample the training frame to 2n rows with weights (1 - t̄) t + t̄ (1 - t), so treated and control
         rows weigh equally (official ``balance=1``, the default of `train_gentle.py`; cps only).
     batch_by: ``covariate`` (batches of distinct-covariate indices, GENTLE) or ``row`` ((y, x) rows, CWGAN).
@@ -145,7 +145,7 @@ class ConditionalDataModule(L.LightningDataModule):
         n_train_samples: int = 5,
         n_val_covariates: int = 20,
         n_test_covariates: int = 50,
-        n_eval_samples: int = 1000,
+        n_eval_draws: int = 1000,
         balance: bool = False,
         batch_by: Literal["covariate", "row"] = "covariate",
         batch_size: int = 1000,
@@ -168,7 +168,7 @@ class ConditionalDataModule(L.LightningDataModule):
         if balance and dataset != "cps":
             raise ZooError(f"balance=True reweights by the treatment column t, which only cps has (dataset={dataset!r})")
         for name in ("n_train_covariates", "n_train_samples", "n_val_covariates", "n_test_covariates",
-                     "n_eval_samples", "batch_size", "min_eval_samples", "eval_batch_size"):
+                     "n_eval_draws", "batch_size", "min_eval_samples", "eval_batch_size"):
             if getattr(self.hparams, name) < 1:
                 raise ZooError(f"{name} must be >= 1, got {getattr(self.hparams, name)}")
         self.schema = SCHEMAS[dataset]
@@ -211,7 +211,7 @@ class ConditionalDataModule(L.LightningDataModule):
         rng = np.random.default_rng([self.data_seed, SPLITS.index(split)])
         n_cov = {"train": hp.n_train_covariates, "val": hp.n_val_covariates, "test": hp.n_test_covariates}[split]
         x = covariates(n_cov, rng)
-        y = sample(x, hp.n_train_samples if split == "train" else hp.n_eval_samples, rng)
+        y = sample(x, hp.n_train_samples if split == "train" else hp.n_eval_draws, rng)
         return frame_from_draws(self.schema, x, y)
 
     def _check(self, df: pd.DataFrame, split: str) -> pd.DataFrame:
@@ -333,5 +333,5 @@ class ConditionalDataModule(L.LightningDataModule):
             line = "embedded: seeded synthetic rows in the LDW-CPS schema (not the real data)"
         else:
             line = (f"embedded: {hp.dataset} simulator (seed {self.data_seed}), {hp.n_train_covariates} train covariates x "
-                    f"{hp.n_train_samples} draws, {hp.n_test_covariates} test covariates x {hp.n_eval_samples}")
+                    f"{hp.n_train_samples} draws, {hp.n_test_covariates} test covariates x {hp.n_eval_draws}")
         return {"data_source": line + (", balanced by treatment" if hp.balance else "")}

@@ -101,7 +101,7 @@ def test_ecm_and_toy_files_in_their_released_format(tmp_path):
 @pytest.mark.parametrize("dataset", ["toy1", "toy2", "ecm", "cps"])
 def test_embedded_sources_are_seeded_and_batch_both_ways(dataset):
     kw = {"dataset": dataset, "source": "embedded", "n_train_covariates": 10, "n_train_samples": 3,
-          "n_val_covariates": 2, "n_test_covariates": 3, "n_eval_samples": 25, "batch_size": 4}
+          "n_val_covariates": 2, "n_test_covariates": 3, "n_eval_draws": 25, "batch_size": 4}
     dm = ConditionalDataModule(**kw)
     dm.setup("fit")
     assert len(dm.train_x) == 10 and all(len(g) == 3 for g in dm.train_groups_raw)

@@ -14,7 +14,7 @@ from zoo.gentle.nets import MLPM
 
 def tiny_data(**kw):
     base = {"dataset": "toy1", "n_train_covariates": 12, "n_train_samples": 3, "n_val_covariates": 2,
-            "n_test_covariates": 3, "n_eval_samples": 30, "batch_size": 12}
+            "n_test_covariates": 3, "n_eval_draws": 30, "batch_size": 12}
     return ConditionalDataModule(**{**base, **kw})
 
 
