@@ -340,9 +340,13 @@ class MOMENTReconstructionModule(_MOMENTModule):
             sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=hp.lr, total_steps=total, pct_start=hp.pct_start)
             return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
+        max_epochs = self.trainer.max_epochs
+        if not max_epochs or max_epochs < 0:  # a max_steps run: the epochs those steps take
+            max_epochs = math.ceil(self.trainer.estimated_stepping_batches / max(1, self.trainer.num_training_batches))
+
         def factor(step: int) -> float:
-            return warmup_cosine_factor(step, self.trainer.current_epoch, self.trainer.max_epochs or 1, hp.lr,
-                                        hp.min_lr, hp.warmup_lr, hp.warmup_steps)
+            return warmup_cosine_factor(step, self.trainer.current_epoch, max_epochs, hp.lr, hp.min_lr,
+                                        hp.warmup_lr, hp.warmup_steps)
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,0 +1,166 @@
+"""MOMENT forward pass: ours (zoo.moment) against the official momentfm 0.1.4, same T5 configs and weights.
+
+For each T5 shape, task and channel count, both models get the same random weights (momentfm's, mapped through
+the key table), the same input, eval mode, no grad; the runs are interleaved. Reports the median and the
+interquartile range of the wall time per forward pass, the ratio ours / momentfm (goal: <= 1.05), and the peak
+memory: CUDA's max_memory_allocated on a GPU; on CPU the growth of the process's resident set, sampled every
+millisecond during the forward (approximate). Outputs are checked equal.
+
+    python benchmarks/moment_forward.py                       # small- and large-shaped T5, batch 32, 1 and 7 channels
+    python benchmarks/moment_forward.py --quick               # a tiny T5, for tests/test_benchmarks.py
+    python benchmarks/moment_forward.py --shapes small --batch 4 --reps 5 --device cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import warnings
+
+import torch
+
+SHAPES = {  # T5 encoder shapes of MOMENT-1-small / -large (flan-t5-small / flan-t5-large)
+    "tiny": dict(d_model=32, d_ff=64, d_kv=8, num_heads=4, num_layers=2),
+    "small": dict(d_model=512, d_ff=1024, d_kv=64, num_heads=6, num_layers=8),
+    "large": dict(d_model=1024, d_ff=2816, d_kv=64, num_heads=16, num_layers=24),
+}
+COMMON = dict(vocab_size=32128, feed_forward_proj="gated-gelu", relative_attention_num_buckets=32,
+              relative_attention_max_distance=128, dropout_rate=0.1, layer_norm_epsilon=1e-6, is_encoder_decoder=False)
+TASKS = {"reconstruction": {}, "forecasting": {"forecast_horizon": 96}, "classification": {"num_class": 5},
+         "embedding": {}}
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+class PeakMemory:
+    """Peak memory of a block: CUDA allocator peak, or sampled RSS growth on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.peak = device, 0
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.base, self.top, self.run = rss_bytes(), 0, True
+            self.thread = threading.Thread(target=self._sample, daemon=True)
+            self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.run:
+            self.top = max(self.top, rss_bytes())
+            time.sleep(0.001)
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.run = False
+            self.thread.join()
+            self.peak = max(self.top, rss_bytes()) - self.base
+
+
+def build_pair(momentfm, shape: str, task: str, channels: int, device: torch.device):
+    from zoo.moment import MOMENT, MomentConfig, convert_momentfm_state_dict
+    from zoo.moment.checkpoints import load_converted
+
+    t5 = {**COMMON, **SHAPES[shape]}
+    kw = dict(TASKS[task])
+    if task == "classification":
+        kw["n_channels"] = channels
+    cfg = dict(task_name="reconstruction", model_name="MOMENT", transformer_type="encoder_only", d_model=None,
+               seq_len=512, patch_len=8, patch_stride_len=8, device="cpu", transformer_backbone="google/flan-t5-large",
+               model_kwargs={}, t5_config=dict(t5))
+    peer = momentfm.MOMENTPipeline(cfg, model_kwargs={"task_name": task, "enable_gradient_checkpointing": False, **kw})
+    peer.init()
+    ours = MOMENT(MomentConfig(t5_config=dict(t5), task_name=task, **kw))
+    load_converted(ours, convert_momentfm_state_dict(peer.state_dict(), ours, task), "momentfm")
+    return peer.to(device).eval(), ours.to(device).eval()
+
+
+def forward_fns(peer, ours, task: str):
+    if task == "reconstruction":
+        return (lambda x, m: peer(x_enc=x, input_mask=m, mask=m).reconstruction,
+                lambda x, m: ours.reconstruct(x, m, m.long())[0])
+    attr = {"forecasting": "forecast", "classification": "logits", "embedding": "embeddings"}[task]
+    method = {"forecasting": ours.forecast, "classification": ours.classify, "embedding": ours.embed}[task]
+    return (lambda x, m: getattr(peer(x_enc=x, input_mask=m), attr)), method
+
+
+def timed(fn, x, m, device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    with torch.no_grad():
+        fn(x, m)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", nargs="+", default=["small", "large"], choices=list(SHAPES))
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--channels", nargs="+", type=int, default=[1, 7])
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true", help="tiny T5, batch 2, 2 reps, 1 and 2 channels")
+    a = ap.parse_args()
+    if a.quick:
+        a.shapes, a.batch, a.reps, a.channels = ["tiny"], 2, 2, [1, 2]
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    warnings.filterwarnings("ignore")
+    import momentfm
+
+    device = torch.device(a.device)
+    print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {a.batch}, "
+          f"reps {a.reps}")
+    print("| T5 shape | task | channels | momentfm ms (median [IQR]) | ours ms (median [IQR]) | ours / momentfm "
+          "| momentfm peak MB | ours peak MB | max abs diff |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for shape in a.shapes:
+        for task in a.tasks:
+            for c in a.channels:
+                torch.manual_seed(0)
+                peer, ours = build_pair(momentfm, shape, task, c, device)
+                x = torch.randn(a.batch, c, 512, device=device)
+                m = torch.ones(a.batch, 512, device=device)
+                m[0, :64] = 0
+                f_peer, f_ours = forward_fns(peer, ours, task)
+                with torch.no_grad():
+                    diff = (f_peer(x, m) - f_ours(x, m)).abs().max().item()  # also the warm-up
+                times = {"peer": [], "ours": []}
+                for _ in range(a.reps):
+                    times["peer"].append(timed(f_peer, x, m, device))
+                    times["ours"].append(timed(f_ours, x, m, device))
+                peaks = {}
+                for name, fn in (("peer", f_peer), ("ours", f_ours)):
+                    with PeakMemory(device) as pm, torch.no_grad():
+                        fn(x, m)
+                    peaks[name] = pm.peak / 2**20
+
+                def fmt(v):
+                    q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else [v[0]] * 3
+                    return f"{1e3 * statistics.median(v):.1f} [{1e3 * q[0]:.1f}, {1e3 * q[2]:.1f}]"
+
+                ratio = statistics.median(times["ours"]) / statistics.median(times["peer"])
+                print(f"| {shape} | {task} | {c} | {fmt(times['peer'])} | {fmt(times['ours'])} | {ratio:.3f} | "
+                      f"{peaks['peer']:.0f} | {peaks['ours']:.0f} | {diff:.1e} |", flush=True)
+                del peer, ours
+
+
+if __name__ == "__main__":
+    main()
