@@ -8,7 +8,7 @@ from zoo.sandbox import Sandbox
 @pytest.fixture(scope="module")
 def sandbox():
     """Small limits keep the containment tests fast; one pool shared by a test module."""
-    with Sandbox(workers=2, cpu_seconds=1, memory_mb=256, wall_timeout=1.5, max_output_bytes=4096,
+    with Sandbox(workers=2, cpu_seconds=1, memory_mb=256, wall_timeout=2, max_output_bytes=4096,
                  file_size_mb=1, tmpfs_mb=8) as sb:
         yield sb
 
