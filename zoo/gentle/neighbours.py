@@ -24,11 +24,11 @@ def complete_graph(x: np.ndarray) -> csr_matrix:
     data = np.empty(indptr[-1], dtype=np.float64)
     for start in range(0, n, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, n)
-        d = cdist(x[start:stop], x[start:])
-        for r in range(start, stop):
-            a, b = indptr[r], indptr[r + 1]
-            indices[a:b] = np.arange(r + 1, n)
-            data[a:b] = d[r - start, r - start + 1:]
+        cols = np.arange(start, n)
+        upper = cols[None, :] > np.arange(start, stop)[:, None]  # row-major, as CSR stores the block
+        a, b = indptr[start], indptr[stop]
+        data[a:b] = cdist(x[start:stop], x[start:])[upper]
+        indices[a:b] = np.broadcast_to(cols, upper.shape)[upper]
     if n > 1 and not (data > 0).all():
         raise ValueError("covariates must be distinct: two rows are at distance 0")
     return csr_matrix((data, indices, indptr), shape=(n, n))
