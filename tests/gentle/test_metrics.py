@@ -24,6 +24,7 @@ def test_wd_and_ks_against_peers_and_closed_forms():
         w_g, w_o = np.full(len(g), 1 / len(g)), np.full(len(o), 1 / len(o))
         assert s["wd"][i] == pytest.approx(ot.wasserstein_1d(g, o, w_g, w_o, p=1), rel=1e-10)
         assert s["ks"][i] == pytest.approx(ecdf_sup(g, o), abs=1e-12)
+        assert s["spread_ratio"][i] == pytest.approx(g.std() / o.std(), rel=1e-12)
     # equal sizes: W1 is the mean gap between order statistics
     assert s["wd"][0] == pytest.approx(np.abs(np.sort(gen[0]) - np.sort(obs[0])).mean(), rel=1e-12)
 

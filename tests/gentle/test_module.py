@@ -83,7 +83,7 @@ def test_evaluation_logs_wd_and_ks_and_samples_are_destandardised():
     t = trainer(max_epochs=1)
     t.fit(model, datamodule=dm)
     out = t.test(model, datamodule=dm, verbose=False)[0]
-    assert set(out) == {"test/wd", "test/ks"} and 0 <= out["test/ks"] <= 1
+    assert set(out) == {"test/wd", "test/ks", "test/spread_ratio"} and 0 <= out["test/ks"] <= 1
     draws = model.sample(torch.zeros(2, 3), 40).numpy()
     train_y = dm.frames["train"]["y"].to_numpy()
     gap = np.abs(draws.reshape(-1, 1) - train_y[None, :]).min(1)
