@@ -1,6 +1,6 @@
 """EL_n (extraction likelihood) evaluation: zoo's exact shortcut vs the reference code's per-prefix generation.
 
-    python benchmarks/unlearning_el.py                      # GPT-Neo-shaped model, 200-token sequences
+    OMP_NUM_THREADS=1 python benchmarks/unlearning_el.py    # GPT-Neo-shaped model, 200-token sequences
 
 The reference code (Jang et al.'s `validation_el`, used unchanged by the paper's official code) calls
 `model.generate` once per prefix length t = T-1 .. 1 over the batch and scores each continuation's n-grams. zoo
@@ -10,6 +10,8 @@ The gain therefore grows with memorization: measured on a freshly initialised mo
 almost every position) and on the same model after it memorized the sequences. Rows: the reference loop re-run
 here with Hugging Face `generate` (the peer), zoo's per-prefix batched decode (`shortcut=False`), zoo's shortcut.
 Times are process CPU seconds (the machine is shared); every row must give the same EL_n (max |diff| column).
+The sequences are memorized by Lightning's loop (`zoo.unlearning.MemorizeModule` on the sequences themselves); the
+thread count is the environment's (OMP_NUM_THREADS), printed with the table.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 import argparse
 import time
 
+import lightning as L
 import torch
+from torch.utils.data import DataLoader
 
-from zoo.lm import build_causal_lm
+from zoo.unlearning import MemorizeModule
 from zoo.unlearning.metrics import extraction_likelihood, extraction_likelihoods, token_stats
 
 
@@ -35,16 +39,15 @@ def reference_el(model, ids: torch.Tensor, n: int) -> torch.Tensor:
     return torch.tensor([extraction_likelihood(ids[b].tolist(), conts[b], n) for b in range(B)], dtype=torch.float64)
 
 
-def memorize(model, ids: torch.Tensor, steps: int, lr: float) -> None:
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    mask = torch.ones_like(ids)
-    model.train()
-    for _ in range(steps):
-        opt.zero_grad()
-        _, nll, ntok = token_stats(model(input_ids=ids, attention_mask=mask).logits, ids, mask)
-        (nll.sum() / ntok.sum()).backward()
-        opt.step()
-    model.eval()
+def memorize(module: MemorizeModule, ids: torch.Tensor, steps: int) -> None:
+    """`steps` AdamW steps (a fresh optimizer each call) of +NLL on all the sequences at once, by Lightning's loop."""
+    if steps <= 0:
+        return
+    rows = [{"input_ids": x, "attention_mask": torch.ones_like(x)} for x in ids]
+    trainer = L.Trainer(accelerator="cpu", max_steps=steps, max_epochs=steps, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, DataLoader(rows, batch_size=len(rows)))
+    module.model.eval()
 
 
 def timed(fn):
@@ -63,24 +66,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--el-n", type=int, default=10)
     p.add_argument("--memorize-steps", type=int, nargs=2, default=[12, 150],
                    help="Adam steps on the sequences before the 'partly memorized' and the 'memorized' rows")
-    p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
-    torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = build_causal_lm({"model_type": "gpt_neo", "vocab_size": a.vocab, "hidden_size": a.hidden,
-                             "num_layers": a.layers, "num_heads": 4,
-                             "attention_types": [[["global", "local"], max(1, a.layers // 2)]],
-                             "window_size": 256, "max_position_embeddings": max(256, a.seq_len),
-                             "intermediate_size": 4 * a.hidden, "resid_dropout": 0.0, "embed_dropout": 0.0,
-                             "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None,
-                             "pad_token_id": 0}).eval()  # no EOS: generate must not stop (or bar a token) early
+    config = {"model_type": "gpt_neo", "vocab_size": a.vocab, "hidden_size": a.hidden, "num_layers": a.layers,
+              "num_heads": 4, "attention_types": [[["global", "local"], max(1, a.layers // 2)]], "window_size": 256,
+              "max_position_embeddings": max(256, a.seq_len), "intermediate_size": 4 * a.hidden,
+              "resid_dropout": 0.0, "embed_dropout": 0.0, "attention_dropout": 0.0, "bos_token_id": None,
+              "eos_token_id": None, "pad_token_id": 0}  # no EOS: generate must not stop (or bar a token) early
+    module = MemorizeModule(model=config, lr=3e-3, weight_decay=0.01)  # AdamW as torch's defaults but lr
+    model = module.model.eval()
     ids = torch.randint(2, a.vocab, (a.num_seqs, a.seq_len), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
     rows = []
     done = 0
     for state, steps in (("fresh (unseen-like)", 0), ("partly memorized", a.memorize_steps[0]),
                          ("memorized", a.memorize_steps[1])):
-        memorize(model, ids, steps - done, 3e-3)
+        memorize(module, ids, steps - done)
         done = steps
         with torch.no_grad():
             ma = float(token_stats(model(input_ids=ids, attention_mask=mask).logits, ids, mask)[0].mean())
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append((state, f"{ma:.3f}", name, f"{t:.2f}", f"{t_ref / t:.1f}x", f"{float(el.mean()):.4f}",
                          f"{float((el - ref).abs().max()):.1e}"))
     print(f"GPT-Neo {a.layers} layers, hidden {a.hidden}, vocab {a.vocab}; {a.num_seqs} sequences of {a.seq_len} "
-          f"tokens; EL_{a.el_n}; {a.threads} thread(s)\n")
+          f"tokens; EL_{a.el_n}; {torch.get_num_threads()} thread(s)\n")
     print("| model | mean MA | method | CPU s | speed-up vs reference | mean EL | max abs diff vs reference |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

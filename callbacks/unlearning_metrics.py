@@ -4,7 +4,8 @@ Works with any LightningModule whose causal LM is `pl_module.model` (or the modu
 exposes `forget_set`, `unseen_set` and (optionally) `heldout_set` as right-padded token tensors
 (`input_ids`, `attention_mask`, `doc_ids`), e.g. `datamodules.memorization.MemorizationDataModule`.
 
-Logged (prefix `val/` after each training epoch, `test/` at the end of `zoo test`, `init/` for theta_0):
+Logged (prefix `val/` after each training epoch, `test/` at the end of `zoo test`, `init/` for theta_0; with
+`fit_evaluation: false` only `test/`):
   forget_ma, forget_el{n}, unseen_ma, unseen_el{n}        mean MA / EL_n
   ma_threshold, el_threshold                               unseen-data levels gamma (of theta_0 while fitting)
   outlier_low, outlier_high                                the unseen MA band (of theta_0 while fitting)
@@ -36,7 +37,8 @@ class UnlearningMetrics(pl.Callback):
     def __init__(self, el_n: int = 10, threshold_std: float = 0.0, outlier_std: float = 2.0,
                  every_n_epochs: int = 1, unseen_el_every_epoch: bool = False, eval_batch_size: int = 32,
                  save_table: bool = True, table_name: str = TABLE, perturbation_attack: bool = False,
-                 n_perturbations: int = 25, mask_model: Optional[str] = None, perturber_kw: Optional[dict] = None):
+                 n_perturbations: int = 25, mask_model: Optional[str] = None, perturber_kw: Optional[dict] = None,
+                 fit_evaluation: bool = True):
         """
         Args:
             el_n: n of EL_n.
@@ -52,6 +54,8 @@ class UnlearningMetrics(pl.Callback):
             mask_model: the T5 mask filler of that attack (official: t5-large, from the Hub or a local path);
                 None = random word spans drawn from the unseen texts (offline stand-in).
             perturber_kw: span masking arguments (official: span_length 2, pct 0.3, ceil_pct false).
+            fit_evaluation: evaluate while fitting (`init/` at the start, `val/` per epoch and at the end); False:
+                at test only (the memorize stage, which starts from a random model and is scored by `zoo test`).
         """
         self.el_n, self.threshold_std, self.every = el_n, threshold_std, max(1, every_n_epochs)
         self.outlier_std = outlier_std
@@ -60,6 +64,8 @@ class UnlearningMetrics(pl.Callback):
         self.perturbation_attack, self.n_perturbations, self.mask_model = (perturbation_attack, n_perturbations,
                                                                            mask_model)
         self.perturber_kw = dict(perturber_kw or {})
+        self.fit_evaluation = fit_evaluation
+        self._evaluated = None  # weights last evaluated while fitting
         self._perturber = None
         self._thr: Optional[dict[str, float]] = None
         self.history: list[dict[str, float]] = []
@@ -153,13 +159,15 @@ class UnlearningMetrics(pl.Callback):
         if getattr(getattr(pl_module, "hparams", {}), "get", lambda *_: None)("el_n") not in (None, self.el_n):
             raise ZooError(f"UnlearningMetrics el_n={self.el_n} differs from the module's el_n="
                            f"{pl_module.hparams.el_n}")
+        if not self.fit_evaluation:
+            return
         m = self.evaluate(trainer, pl_module, "init", unseen_el=True)  # theta_0: fixes the thresholds
         self.history.append({"epoch": -1, **m})
         for lg in trainer.loggers:
             lg.log_metrics({f"init/{k}": v for k, v in m.items()}, step=trainer.global_step)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if (pl_module.current_epoch + 1) % self.every:
+        if not self.fit_evaluation or (pl_module.current_epoch + 1) % self.every:
             return
         m = self.evaluate(trainer, pl_module, "fit", unseen_el=self.unseen_el_every_epoch)
         self.history.append({"epoch": pl_module.current_epoch, **m})
@@ -169,7 +177,7 @@ class UnlearningMetrics(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # the final weights are always evaluated (the stopping rule may end fitting between two evaluations)
-        if getattr(self, "_evaluated", None) == self._weights_key(trainer, pl_module):
+        if not self.fit_evaluation or self._evaluated == self._weights_key(trainer, pl_module):
             return
         m = self.evaluate(trainer, pl_module, "fit", unseen_el=self.unseen_el_every_epoch)
         self.history.append({"epoch": pl_module.current_epoch, **m})

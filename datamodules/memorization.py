@@ -1,23 +1,26 @@
-"""Forget / unseen / held-out sequences for memorized-data unlearning.
+"""Forget / unseen / held-out / background sequences for memorized-data unlearning: data only, no training.
 
 `source="local"`: the extraction-benchmark format of Jang et al. (2023) — CSV files with columns
 `doc_id, corpus, text` (e.g. `lm_extraction_32_0.csv`, 200-token Pile sequences), one file per set. Get them from
 github.com/joeljang/knowledge-unlearning (`data/main/`); they are not shipped with zoo.
 
-`source="embedded"`: a seeded synthetic corpus (a word-level Markov "language") plus a *memorize* phase: a fresh copy
-of the module's (tiny) LM is trained on background text in which the forget sequences recur at graded rates
-(`max_repeat` times more often for the most repeated one than for the least), so that they end up memorized to
-graded degrees, while unseen and held-out sequences of the same language are never trained on. The memorized
-weights are cached (keyed by data settings and model config) under `cache_dir`.
+`source="embedded"`: a seeded synthetic corpus (a word-level Markov "language") with the same schema: disjoint
+forget, unseen, held-out and background sequences of one language.
+
+What the training loader serves (`train_set`):
+  forget  the forget set D_f, for unlearning (`zoo.unlearning.UnlearningModule`).
+  mix     the training mix of the memorize stage (`zoo.unlearning.MemorizeModule`, fitted by `zoo fit` like any
+          stage): background text in which the forget sequences recur at graded rates (the most repeated one
+          `max_repeat` times as often as the least), so that a model trained on it memorizes them to graded degrees
+          while the unseen and held-out sequences stay unseen. `forget_fraction: 0` is the background alone: the
+          model retrained without D_f, the reference an ideal unlearner would reach.
+The test loader is the forget set; `UnlearningMetrics` reads the sets themselves (`forget_set`, `unseen_set`,
+`heldout_set`).
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
-import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -26,8 +29,9 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
+from zoo.data import train_loader
 from zoo.errors import ZooError
 from zoo.lm import right_pad
 from zoo.unlearning.metrics import check_disjoint
@@ -56,14 +60,19 @@ class MemorizationSet:
 
 
 class _Rows(Dataset):
-    def __init__(self, s: MemorizationSet):
-        self.s = s
+    """Rows of one or more sets, right-padded to a common width (the mix holds forget and background rows)."""
+
+    def __init__(self, *sets: MemorizationSet):
+        width = max(s.input_ids.shape[1] for s in sets)
+        pad = [(s.input_ids, s.attention_mask) for s in sets]
+        self.input_ids = torch.cat([torch.nn.functional.pad(i, (0, width - i.shape[1])) for i, _ in pad])
+        self.attention_mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for _, m in pad])
 
     def __len__(self) -> int:
-        return len(self.s)
+        return len(self.input_ids)
 
     def __getitem__(self, i: int) -> dict:
-        return {"input_ids": self.s.input_ids[i], "attention_mask": self.s.attention_mask[i]}
+        return {"input_ids": self.input_ids[i], "attention_mask": self.attention_mask[i]}
 
 
 def read_extraction_csv(path: str | Path) -> list[dict]:
@@ -123,8 +132,52 @@ class MarkovLanguage:
         return " ".join(out)
 
 
+# ------------------------------------------------------------------------------------------ training mix
+class GradedMixSampler(Sampler[int]):
+    """Indices into [forget rows..., background rows...], `batch_size` at a time: each batch holds `k_forget` forget
+    rows drawn with replacement in proportion to their repeat rates, then `k_background` background rows drawn
+    uniformly. The rates are geometric from 1 to `max_repeat`, assigned to the forget rows in a random order (the
+    degree of memorization is not tied to doc order).
+
+    One seeded stream (a torch.Generator) gives the rate order first, then the batches, epoch after epoch; epoch e
+    (Lightning calls `set_epoch`) replays the stream from the start and skips e epochs, so a resumed fit draws
+    exactly the batches an uninterrupted one would."""
+
+    def __init__(self, num_forget: int, num_background: int, k_forget: int, k_background: int, num_batches: int,
+                 max_repeat: float, seed: int):
+        self.nf, self.nb, self.k_f, self.k_b, self.num_batches = num_forget, num_background, k_forget, k_background, \
+            num_batches
+        self.epoch = 0
+        self._gen = torch.Generator().manual_seed(seed)
+        rates = (torch.logspace(0, float(np.log10(max_repeat)), num_forget, dtype=torch.float64) if num_forget > 1
+                 else torch.ones(num_forget, dtype=torch.float64))
+        self.rates = rates[torch.randperm(num_forget, generator=self._gen)]
+        self._start = self._gen.get_state()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_batches * (self.k_f + self.k_b)
+
+    def _batch(self) -> list[int]:
+        idx: list[int] = []
+        if self.k_f:
+            idx += torch.multinomial(self.rates, self.k_f, replacement=True, generator=self._gen).tolist()
+        if self.k_b:
+            idx += (self.nf + torch.randint(self.nb, (self.k_b,), generator=self._gen)).tolist()
+        return idx
+
+    def __iter__(self):
+        self._gen.set_state(self._start)
+        for _ in range(self.epoch * self.num_batches):
+            self._batch()
+        for _ in range(self.num_batches):
+            yield from self._batch()
+
+
 class MemorizationDataModule(L.LightningDataModule):
-    """Forget / unseen / held-out sets; train loader = the forget set (with its index, for selective methods)."""
+    """Forget / unseen / held-out (/ background) sets; the training loader serves `train_set`."""
 
     def __init__(
         self,
@@ -132,51 +185,62 @@ class MemorizationDataModule(L.LightningDataModule):
         forget_path: Optional[str] = None,
         unseen_path: Optional[str] = None,
         heldout_path: Optional[str] = None,
+        background_path: Optional[str] = None,
         tokenizer: str = "byt5",
         seq_len: int = 200,
+        train_set: Literal["forget", "mix"] = "forget",
         batch_size: int = 32,
         eval_batch_size: int = 32,
-        seed: int = 0,
+        seed: Optional[int] = None,
         num_forget: int = 32,
         num_unseen: int = 32,
         num_heldout: int = 32,
         num_background: int = 256,
-        memorize: bool = True,
-        memorize_steps: int = 300,
-        memorize_lr: float = 3e-3,
-        memorize_batch_size: int = 16,
+        mix_batches: int = 300,
         forget_fraction: float = 0.5,
         max_repeat: float = 16.0,
-        cache_dir: Optional[str] = None,
     ):
         """
         Args:
-            source: "local" (CSV files at the paths below) or "embedded" (seeded corpus + memorize phase).
+            source: "local" (CSV files at the paths below) or "embedded" (a seeded synthetic language).
             forget_path / unseen_path: extraction-benchmark CSVs (doc_id, corpus, text), local source.
             heldout_path: CSV of held-out text for the utility perplexity; default (local): the unseen set.
+            background_path: CSV of background text for the training mix (local source, `train_set: mix`).
             tokenizer: a Hub tokenizer name or "byt5" (file-free).
             seq_len: tokens kept per sequence (the benchmark's sequences are 200 GPT-Neo tokens).
-            batch_size: forget-set batch per unlearning step (Jang et al.: the whole forget set, 32).
+            train_set: what the training loader serves: "forget" (unlearning) or "mix" (the memorize stage).
+            batch_size: training batch (unlearning: Jang et al. take the whole forget set, the paper's code 8;
+                mix: rows per batch, forget and background together).
+            seed: the embedded language, its sets and the mix's draws; None = the run's seed (`seed_everything`,
+                read with `torch.initial_seed()`), so that a sweep's seed axis varies the data as well.
             num_forget / num_unseen / num_heldout / num_background: embedded set sizes.
-            memorize: run the memorize phase (embedded source) before unlearning.
-            memorize_steps / memorize_lr / memorize_batch_size: memorize-phase training (AdamW).
-            forget_fraction: share of memorize-phase batch rows drawn from the forget set; 0 trains on the
-                background alone, i.e. the model retrained without the forget set (the ideal unlearning reference).
-            max_repeat: the most-repeated forget sequence is drawn `max_repeat` times as often as the least
-                (geometric grades in between): graded degrees of memorization.
-            cache_dir: where memorized weights are cached (default $ZOO_CACHE or ~/.cache/zoo/memorization).
+            mix_batches: batches of the training mix per epoch.
+            forget_fraction: share of each mix batch drawn from the forget set; 0 = background alone (the model
+                retrained without the forget set, the ideal unlearning reference).
+            max_repeat: in the mix, the most repeated forget sequence is drawn `max_repeat` times as often as the
+                least (geometric grades in between): graded degrees of memorization.
         """
         super().__init__()
         self.save_hyperparameters()
         if source not in ("local", "embedded"):
             raise ZooError(f"source must be 'local' or 'embedded', got {source!r}")
+        if train_set not in ("forget", "mix"):
+            raise ZooError(f"train_set must be 'forget' (unlearning) or 'mix' (the memorize stage), got {train_set!r}")
         if seq_len < 2:
             raise ZooError(f"seq_len must be >= 2, got {seq_len}")
         if not 0.0 <= forget_fraction <= 1.0:
             raise ZooError(f"forget_fraction must lie in [0, 1], got {forget_fraction}")
+        if max_repeat < 1:
+            raise ZooError(f"max_repeat must be >= 1 (the most repeated forget sequence over the least), got "
+                           f"{max_repeat}")
+        for name in ("batch_size", "eval_batch_size", "mix_batches"):
+            if int(getattr(self.hparams, name)) < 1:
+                raise ZooError(f"{name} must be >= 1, got {getattr(self.hparams, name)}")
+        self.seed = int(torch.initial_seed() if seed is None else seed)
         self.forget_set: MemorizationSet | None = None
         self.unseen_set: MemorizationSet | None = None
         self.heldout_set: MemorizationSet | None = None
+        self.background_set: MemorizationSet | None = None
         self._tokenizer = None
 
     # --------------------------------------------------------------------------------------------- sets
@@ -190,14 +254,14 @@ class MemorizationDataModule(L.LightningDataModule):
 
     def _embedded_rows(self) -> dict[str, list[dict]]:
         h = self.hparams
-        lang = MarkovLanguage(h.seed)
-        rng = np.random.default_rng(h.seed + 1)
+        lang = MarkovLanguage(self.seed)
+        rng = np.random.default_rng(self.seed + 1)
         # a byte tokenizer needs seq_len characters; subword tokenizers fewer: generate generously, truncate later
         chars = h.seq_len if h.tokenizer == "byt5" else 6 * h.seq_len
         sizes = {"forget": h.num_forget, "unseen": h.num_unseen, "heldout": h.num_heldout,
                  "background": h.num_background}
         out, seen = {}, set()
-        for name, k in sizes.items():
+        for name, k in sizes.items():  # in this order: the first three sets do not depend on num_background
             rows = []
             while len(rows) < k:
                 text = lang.text(rng, chars)
@@ -217,19 +281,23 @@ class MemorizationDataModule(L.LightningDataModule):
                 raise ZooError("source 'local' needs forget_path and unseen_path (extraction-benchmark CSVs)")
             rows = {"forget": read_extraction_csv(h.forget_path), "unseen": read_extraction_csv(h.unseen_path)}
             rows["heldout"] = read_extraction_csv(h.heldout_path) if h.heldout_path else rows["unseen"]
-            rank_zero_info(f"MemorizationDataModule: source=local forget={h.forget_path} unseen={h.unseen_path} "
-                           f"heldout={h.heldout_path or '(unseen set)'}")
+            rows["background"] = read_extraction_csv(h.background_path) if h.background_path else []
+            rank_zero_info(f"MemorizationDataModule: source=local (extraction-benchmark CSV doc_id,corpus,text) "
+                           f"forget={h.forget_path} unseen={h.unseen_path} heldout={h.heldout_path or '(unseen set)'}"
+                           f" background={h.background_path or '(none)'}; train_set={h.train_set}")
         else:
             rows = self._embedded_rows()
-            self._background = rows.pop("background")
-            rank_zero_info(f"MemorizationDataModule: source=embedded (seed {h.seed}): {h.num_forget} forget, "
-                           f"{h.num_unseen} unseen, {h.num_heldout} held-out sequences of {h.seq_len} tokens")
+            rank_zero_info(f"MemorizationDataModule: source=embedded (Markov language, seed {self.seed}): "
+                           f"{h.num_forget} forget, {h.num_unseen} unseen, {h.num_heldout} held-out, "
+                           f"{h.num_background} background sequences of {h.seq_len} tokens; train_set={h.train_set}")
         for name in ("forget", "unseen"):
             if not rows[name]:
                 raise ZooError(f"the {name} set is empty")
         self.forget_set = tokenize_rows(self.tokenizer, rows["forget"], h.seq_len)
         self.unseen_set = tokenize_rows(self.tokenizer, rows["unseen"], h.seq_len)
         self.heldout_set = tokenize_rows(self.tokenizer, rows["heldout"], h.seq_len)
+        self.background_set = (tokenize_rows(self.tokenizer, rows["background"], h.seq_len) if rows["background"]
+                               else None)
         check_disjoint(self.forget_set.sequences(), self.unseen_set.sequences(), self.forget_set.doc_ids)
 
     def export_csv(self, directory: str | Path) -> dict[str, Path]:
@@ -238,109 +306,49 @@ class MemorizationDataModule(L.LightningDataModule):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         paths = {}
-        for name in ("forget", "unseen", "heldout"):
+        for name in ("forget", "unseen", "heldout", "background"):
             s = getattr(self, f"{name}_set")
+            if s is None:
+                continue
             paths[name] = directory / f"{name}.csv"
             write_extraction_csv(paths[name], [{"doc_id": d, "corpus": "embedded-markov", "text": t}
                                                for d, t in zip(s.doc_ids, s.texts)])
         return paths
 
-    # ---------------------------------------------------------------------------------------- memorize
-    def memorize(self, model: torch.nn.Module) -> bool:
-        """Embedded source: load into `model` the weights of the memorize phase (trained once, then cached).
-        Returns False (and leaves the model alone) for the local source or `memorize: false`."""
-        h = self.hparams
-        if h.source != "embedded" or not h.memorize:
-            return False
-        self.setup()
-        key = self._cache_key(model)
-        root = Path(h.cache_dir or os.environ.get("ZOO_CACHE", Path.home() / ".cache" / "zoo")) / "memorization"
-        path = root / f"{key}.safetensors"
-        from zoo.hub import load_state_dict_file, save_state_dict
-
-        if path.is_file():
-            rank_zero_info(f"MemorizationDataModule: memorized weights from cache {path}")
-            state = load_state_dict_file(path)
-        else:
-            state = self._train_memorized(model)
-            root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=root, suffix=".tmp")
-            os.close(fd)
-            save_state_dict(state, Path(tmp))
-            os.replace(tmp, path)  # atomic: concurrent runs never read a half-written file
-        model.load_state_dict(state)
-        return True
-
-    def _cache_key(self, model: torch.nn.Module) -> str:
-        h = dict(self.hparams)
-        for k in ("cache_dir", "batch_size", "eval_batch_size", "forget_path", "unseen_path", "heldout_path",
-                  "memorize"):
-            h.pop(k, None)
-        cfg = model.config.to_dict() if hasattr(model, "config") else {}
-        cfg = {k: v for k, v in cfg.items() if k not in ("transformers_version", "_name_or_path", "dtype",
-                                                         "torch_dtype")}
-        blob = json.dumps({"data": h, "model": cfg, "torch": torch.__version__.split("+")[0]}, sort_keys=True,
-                          default=str)
-        return hashlib.sha1(blob.encode()).hexdigest()[:16]
-
-    def _train_memorized(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """Train a fresh copy of the model's architecture from a seeded init: background text plus forget
-        sequences drawn with graded probabilities (geometric from 1 to max_repeat)."""
-        from transformers import AutoModelForCausalLM
-
-        h = self.hparams
-        rank_zero_info(f"MemorizationDataModule: memorize phase ({h.memorize_steps} steps)")
-        gen = torch.Generator().manual_seed(h.seed)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(h.seed)
-            lm = AutoModelForCausalLM.from_config(model.config).float()
-        lm.train()
-        bg = tokenize_rows(self.tokenizer, self._background, h.seq_len)
-        f = self.forget_set
-        nf = len(f)
-        grades = torch.logspace(0, float(np.log10(h.max_repeat)), nf, dtype=torch.float64) if nf > 1 else \
-            torch.ones(1, dtype=torch.float64)
-        grades = grades[torch.randperm(nf, generator=gen)]  # degree not tied to doc order
-        opt = torch.optim.AdamW(lm.parameters(), lr=h.memorize_lr, weight_decay=0.0)
-        k_f = max(1, round(h.forget_fraction * h.memorize_batch_size)) if h.forget_fraction > 0 else 0
-        k_b = max(0, h.memorize_batch_size - k_f)
-        if k_f == 0 and (k_b == 0 or len(bg) == 0):
-            raise ZooError("the memorize phase has nothing to train on: forget_fraction=0 needs background text "
-                           "(num_background > 0)")
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # a tiny LM: more intra-op threads only contend (10-20x slower on a busy CPU)
-        try:
-            self._memorize_loop(lm, opt, f, bg, grades, gen, k_f, k_b)
-        finally:
-            torch.set_num_threads(threads)
-        dtype = next(model.parameters()).dtype
-        return {k: v.to(dtype) for k, v in lm.state_dict().items()}
-
-    def _memorize_loop(self, lm, opt, f, bg, grades, gen, k_f: int, k_b: int) -> None:
-        h = self.hparams
-        for _ in range(h.memorize_steps):
-            parts = []
-            if k_f:
-                fi = torch.multinomial(grades, k_f, replacement=True, generator=gen)
-                parts.append((f.input_ids[fi], f.attention_mask[fi]))
-            if k_b and len(bg):
-                bi = torch.randint(len(bg), (k_b,), generator=gen)
-                parts.append((bg.input_ids[bi], bg.attention_mask[bi]))
-            T = max(p[0].shape[1] for p in parts)
-            ids = torch.cat([torch.nn.functional.pad(p[0], (0, T - p[0].shape[1])) for p in parts])
-            mask = torch.cat([torch.nn.functional.pad(p[1], (0, T - p[1].shape[1])) for p in parts])
-            labels = ids.masked_fill(mask == 0, -100)
-            loss = lm(input_ids=ids, attention_mask=mask, labels=labels).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
     # ------------------------------------------------------------------------------------------ loaders
-    def train_dataloader(self) -> DataLoader:
+    def mix_sampler(self) -> GradedMixSampler:
+        """The sampler of the training mix over `_Rows(forget_set, background_set)`."""
         self.setup()
+        h = self.hparams
+        k_f = max(1, round(h.forget_fraction * h.batch_size)) if h.forget_fraction > 0 else 0
+        k_b = h.batch_size - k_f
+        nb = 0 if self.background_set is None else len(self.background_set)
+        if k_b and not nb:
+            why = ("forget_fraction=0 needs background text" if k_f == 0 else
+                   f"forget_fraction={h.forget_fraction} leaves {k_b} background rows per batch")
+            raise ZooError(f"the training mix has nothing to train on: {why} (num_background > 0, or background_path "
+                           "for the local source)")
+        return GradedMixSampler(len(self.forget_set), nb, k_f, k_b, h.mix_batches, h.max_repeat, self.seed)
+
+    def train_dataloader(self):
+        self.setup()
+        h = self.hparams
+        if h.train_set == "mix":
+            sets = [self.forget_set] + ([self.background_set] if self.background_set is not None else [])
+            return train_loader(_Rows(*sets), batch_size=h.batch_size, sampler=self.mix_sampler())
         # shuffled as the official code (RandomSampler); with batch = the whole forget set order is moot
-        return DataLoader(_Rows(self.forget_set), batch_size=self.hparams.batch_size, shuffle=True)
+        return train_loader(_Rows(self.forget_set), batch_size=h.batch_size, shuffle=True)
 
     def test_dataloader(self) -> DataLoader:
         self.setup()
         return DataLoader(_Rows(self.forget_set), batch_size=self.hparams.eval_batch_size, shuffle=False)
+
+    def card_metadata(self) -> dict:
+        h = self.hparams
+        if h.source == "local":
+            return {"datasets": ["EleutherAI/pile"],
+                    "data_source": f"local extraction-benchmark CSVs: forget {h.forget_path}, unseen {h.unseen_path}"}
+        mix = (f"; trained on a mix of {h.num_background} background sequences with the forget set repeated at "
+               f"graded rates (forget_fraction {h.forget_fraction})" if h.train_set == "mix" else "")
+        return {"data_source": f"embedded: seeded synthetic Markov language (seed {self.seed}), {h.num_forget} forget "
+                               f"/ {h.num_unseen} unseen sequences of {h.seq_len} tokens{mix}"}

@@ -1,10 +1,11 @@
-"""Shared fixtures for the unlearning tests: a copy model (an LM that reproduces its training sequences) and tiny
-GPT-Neo models / datamodules."""
+"""Shared fixtures for the unlearning tests: a copy model (an LM that reproduces its training sequences), tiny
+GPT-Neo configs and a memorized theta_0 (the memorize stage, fitted by Lightning once per session)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import lightning as L
 import pytest
 import torch
 
@@ -49,6 +50,39 @@ def tiny_config():
     return dict(TINY)
 
 
+# theta_0 of the end-to-end tests: the embedded setting of the old memorize phase (8 forget sequences of 32 bytes,
+# 8 background sequences, mix batches of 16 rows, 150 AdamW steps at lr 3e-3)
+MEMO_DATA = dict(source="embedded", seed=0, seq_len=32, num_forget=8, num_unseen=8, num_heldout=2, num_background=8)
+
+
+def fit_quietly(module, dm, **trainer_kw):
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, **trainer_kw)
+    trainer.fit(module, dm)
+    return trainer
+
+
+@pytest.fixture
+def memo_data():
+    return dict(MEMO_DATA)
+
+
+@pytest.fixture
+def fit():
+    """fit(module, datamodule, **trainer kwargs) -> the trainer: CPU, no logger, no checkpoints, quiet."""
+    return fit_quietly
+
+
 @pytest.fixture(scope="session")
-def memo_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("memorization_cache"))
+def memorized(tmp_path_factory):
+    """The memorize stage run once through Lightning: the path of its checkpoint (theta_0)."""
+    from datamodules.memorization import MemorizationDataModule
+    from zoo.unlearning import MemorizeModule
+
+    torch.manual_seed(0)
+    module = MemorizeModule(model=dict(TINY))
+    dm = MemorizationDataModule(train_set="mix", batch_size=16, mix_batches=150, **MEMO_DATA)
+    trainer = fit_quietly(module, dm, max_epochs=1)
+    path = tmp_path_factory.mktemp("memorize") / "last.ckpt"
+    trainer.save_checkpoint(path)
+    return str(path)

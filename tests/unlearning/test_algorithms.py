@@ -38,8 +38,8 @@ def test_selective_losses_mask_sequences():
 
 
 def _dm(tmp_path, **kw):
-    return MemorizationDataModule(source="embedded", seq_len=24, num_forget=4, num_unseen=4, num_heldout=2,
-                                  num_background=4, batch_size=4, memorize=False, cache_dir=str(tmp_path), **kw)
+    return MemorizationDataModule(source="embedded", seed=0, seq_len=24, num_forget=4, num_unseen=4, num_heldout=2,
+                                  num_background=4, batch_size=4, **kw)
 
 
 def _fit(module, dm, **trainer_kw):

@@ -1,4 +1,4 @@
-"""MemorizationDataModule: real CSV format round trip, memorize phase, bad input."""
+"""MemorizationDataModule: real CSV format round trip, the memorize stage's training mix, bad input."""
 
 from __future__ import annotations
 
@@ -7,24 +7,30 @@ import pytest
 import torch
 
 from callbacks.unlearning_metrics import UnlearningMetrics
-from datamodules.memorization import MemorizationDataModule, read_extraction_csv, write_extraction_csv
+from datamodules.memorization import (GradedMixSampler, MemorizationDataModule, read_extraction_csv,
+                                      write_extraction_csv)
 from zoo.errors import ZooError
-from zoo.unlearning import UnlearningModule
+from zoo.unlearning import MemorizeModule, UnlearningModule
+from zoo.unlearning.metrics import score_sequences
+from zoo.unlearning.module import load_lm_weights
 
-SMALL = dict(seq_len=24, num_forget=4, num_unseen=4, num_heldout=2, num_background=8, batch_size=4)
+SMALL = dict(seed=0, seq_len=24, num_forget=4, num_unseen=4, num_heldout=2, num_background=8, batch_size=4)
 
 
 def test_local_csv_round_trip(tmp_path):
-    emb = MemorizationDataModule(source="embedded", memorize=False, **SMALL)
+    emb = MemorizationDataModule(source="embedded", **SMALL)
     paths = emb.export_csv(tmp_path)
     rows = read_extraction_csv(paths["forget"])
     assert list(rows[0]) == ["doc_id", "corpus", "text"] and len(rows) == 4
+    assert (tmp_path / "forget.csv").read_text().splitlines()[0] == "doc_id,corpus,text"  # the released header
     loc = MemorizationDataModule(source="local", forget_path=str(paths["forget"]), unseen_path=str(paths["unseen"]),
-                                 heldout_path=str(paths["heldout"]), seq_len=24)
+                                 heldout_path=str(paths["heldout"]), background_path=str(paths["background"]),
+                                 seq_len=24)
     loc.setup()
     assert torch.equal(loc.forget_set.input_ids, emb.forget_set.input_ids)
     assert loc.forget_set.doc_ids == emb.forget_set.doc_ids
     assert torch.equal(loc.unseen_set.attention_mask, emb.unseen_set.attention_mask)
+    assert loc.background_set.texts == emb.background_set.texts
 
 
 def test_missing_local_file_says_how_to_get_it(tmp_path):
@@ -54,7 +60,7 @@ def test_empty_unseen_set_is_an_error(tmp_path):
 
 
 def test_forget_shorter_than_window_is_an_error(tmp_path, tiny_config):
-    dm = MemorizationDataModule(source="embedded", memorize=False, **{**SMALL, "seq_len": 8})
+    dm = MemorizationDataModule(source="embedded", **{**SMALL, "seq_len": 8})
     m = UnlearningModule(model=tiny_config, method="ga", el_n=10)
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, max_epochs=1,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[UnlearningMetrics()])
@@ -62,47 +68,97 @@ def test_forget_shorter_than_window_is_an_error(tmp_path, tiny_config):
         trainer.fit(m, dm)
 
 
-def test_memorize_phase_grades_and_caches(tmp_path, tiny_config, memo_cache):
-    from zoo.unlearning.metrics import score_sequences
+def test_seed_none_follows_seed_everything():
+    """The data seed defaults to the run's seed, so that a sweep's seed axis draws a new language and new sets."""
+    L.seed_everything(3, verbose=False)
+    follows, fixed = MemorizationDataModule(**{**SMALL, "seed": None}), MemorizationDataModule(**{**SMALL, "seed": 3})
+    follows.setup()
+    fixed.setup()
+    assert follows.seed == 3 and follows.forget_set.texts == fixed.forget_set.texts
+    other = MemorizationDataModule(**{**SMALL, "seed": 4})
+    other.setup()
+    assert other.forget_set.texts != fixed.forget_set.texts
 
-    dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, memorize_steps=150,
-                                **{**SMALL, "seq_len": 32, "num_forget": 8, "num_unseen": 8})
-    m = UnlearningModule(model=tiny_config)
-    assert dm.memorize(m.model)
+
+def test_mix_draws_forget_rows_at_graded_rates_and_background_uniformly():
+    s = GradedMixSampler(num_forget=4, num_background=6, k_forget=3, k_background=5, num_batches=4000, max_repeat=8.0,
+                         seed=0)
+    assert sorted(s.rates.tolist()) == pytest.approx([1.0, 2.0, 4.0, 8.0])  # geometric from 1 to max_repeat
+    idx = torch.tensor(list(s)).view(4000, 8)
+    forget, background = idx[:, :3], idx[:, 3:]
+    assert forget.max() < 4 and background.min() >= 4 and background.max() < 10
+    freq = torch.bincount(forget.flatten(), minlength=4).double() / forget.numel()
+    torch.testing.assert_close(freq, s.rates / s.rates.sum(), atol=0.01, rtol=0)
+    torch.testing.assert_close(torch.bincount(background.flatten() - 4, minlength=6).double() / background.numel(),
+                               torch.full((6,), 1 / 6, dtype=torch.float64), atol=0.01, rtol=0)
+
+
+def test_mix_epochs_replay_one_stream_so_a_resumed_fit_draws_the_same_batches():
+    one = GradedMixSampler(5, 7, 2, 2, num_batches=6, max_repeat=16.0, seed=1)
+    two = GradedMixSampler(5, 7, 2, 2, num_batches=3, max_repeat=16.0, seed=1)
+    epochs = []
+    for e in (0, 1):
+        two.set_epoch(e)
+        epochs += list(two)
+    assert list(one) == epochs and len(one) == 24
+    fresh = GradedMixSampler(5, 7, 2, 2, num_batches=3, max_repeat=16.0, seed=1)
+    fresh.set_epoch(1)  # a fit resumed at epoch 1 in a new process
+    assert list(fresh) == epochs[12:]
+
+
+def test_mix_is_the_stream_of_the_pre_lightning_memorize_loop():
+    """theta_0 must not move with the move into Lightning: the batches are those the old loop drew from one
+    Generator(seed): the forget grades' order (randperm), then per step multinomial forget rows, randint background."""
+    nf, nb, k_f, k_b, steps, seed = 6, 9, 3, 5, 20, 7
+    gen = torch.Generator().manual_seed(seed)
+    grades = torch.logspace(0, float(torch.log10(torch.tensor(16.0))), nf, dtype=torch.float64)
+    grades = grades[torch.randperm(nf, generator=gen)]
+    old = []
+    for _ in range(steps):
+        old += torch.multinomial(grades, k_f, replacement=True, generator=gen).tolist()
+        old += (nf + torch.randint(nb, (k_b,), generator=gen)).tolist()
+    assert list(GradedMixSampler(nf, nb, k_f, k_b, steps, 16.0, seed)) == old
+
+
+def test_memorize_stage_memorizes_the_forget_set(memorized, tiny_config, memo_data):
+    dm = MemorizationDataModule(**memo_data)
+    dm.setup()
+    m = MemorizeModule(model=tiny_config)
+    load_lm_weights(m.model, memorized, "init_from")
     f = score_sequences(m.model, dm.forget_set.input_ids, dm.forget_set.attention_mask, el_n=None)
     u = score_sequences(m.model, dm.unseen_set.input_ids, dm.unseen_set.attention_mask, el_n=None)
     assert f.ma.mean() > u.ma.mean() + 0.1  # memorized beyond what the language itself predicts
-    m2 = UnlearningModule(model=tiny_config)
-    assert dm.memorize(m2.model)  # second call: from the cache, identical weights
-    for (k, a), (_, b) in zip(m.model.state_dict().items(), m2.model.state_dict().items()):
-        assert torch.equal(a, b), k
 
 
-def test_forget_fraction_zero_is_the_retrained_reference(tmp_path, tiny_config, memo_cache):
+def test_forget_fraction_zero_is_the_retrained_reference(tiny_config, memorized, memo_data, fit):
     """forget_fraction=0 trains on the background alone: the model never saw the forget set, so its forget MA sits
-    at the unseen level, while the memorized model's is far above it."""
-    from zoo.unlearning.metrics import score_sequences
+    at the unseen level, while the memorized model's (theta_0, same data, same init) is far above it."""
+    mix = {**memo_data, "train_set": "mix", "batch_size": 16, "mix_batches": 150}
+    ref_dm = MemorizationDataModule(**{**mix, "forget_fraction": 0.0})
+    assert min(ref_dm.mix_sampler()) >= memo_data["num_forget"]  # background rows only
+    torch.manual_seed(0)  # theta_0's initial weights
+    ref = MemorizeModule(model=tiny_config)
+    fit(ref, ref_dm, max_epochs=1)
+    mem = MemorizeModule(model=tiny_config)
+    load_lm_weights(mem.model, memorized, "init_from")
 
-    kw = {**SMALL, "seq_len": 32, "num_forget": 8, "num_unseen": 8, "num_background": 64, "memorize_steps": 150}
-    ref_dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, forget_fraction=0.0, **kw)
-    mem_dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, **kw)
-    ref, mem = UnlearningModule(model=tiny_config), UnlearningModule(model=tiny_config)
-    assert ref_dm.memorize(ref.model) and mem_dm.memorize(mem.model)
-    assert ref_dm.forget_set.texts == mem_dm.forget_set.texts  # the same sequences, only the training differs
+    def gap(model):
+        f = score_sequences(model, ref_dm.forget_set.input_ids, ref_dm.forget_set.attention_mask, el_n=None)
+        u = score_sequences(model, ref_dm.unseen_set.input_ids, ref_dm.unseen_set.attention_mask, el_n=None)
+        return float(f.ma.mean() - u.ma.mean())
 
-    def gap(model, dm):
-        f = score_sequences(model, dm.forget_set.input_ids, dm.forget_set.attention_mask, el_n=None).ma.mean()
-        u = score_sequences(model, dm.unseen_set.input_ids, dm.unseen_set.attention_mask, el_n=None).ma.mean()
-        return float(f - u)
-
-    assert gap(mem.model, mem_dm) > 0.1
-    assert abs(gap(ref.model, ref_dm)) < 0.1
+    assert gap(mem.model) > 0.1
+    assert abs(gap(ref.model)) < 0.1
 
 
-def test_memorize_phase_needs_something_to_train_on(memo_cache, tiny_config):
-    dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, forget_fraction=0.0, num_background=0,
+def test_training_mix_needs_something_to_train_on():
+    dm = MemorizationDataModule(source="embedded", train_set="mix", forget_fraction=0.0, num_background=0,
                                 **{k: v for k, v in SMALL.items() if k != "num_background"})
-    with pytest.raises(ZooError, match="nothing to train on"):
-        dm.memorize(UnlearningModule(model=tiny_config).model)
+    with pytest.raises(ZooError, match="nothing to train on: forget_fraction=0 needs background"):
+        dm.train_dataloader()
     with pytest.raises(ZooError, match="forget_fraction"):
         MemorizationDataModule(forget_fraction=1.5)
+    with pytest.raises(ZooError, match="train_set must be 'forget'.*or 'mix'"):
+        MemorizationDataModule(train_set="background")
+    with pytest.raises(ZooError, match="max_repeat must be >= 1"):
+        MemorizationDataModule(max_repeat=0.5)

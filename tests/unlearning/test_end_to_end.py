@@ -1,4 +1,5 @@
-"""End to end: memorize (embedded) -> unlearn with the metrics callback -> forget set at the unseen level."""
+"""End to end: memorize stage (a Lightning fit) -> unlearn from its checkpoint with the metrics callback -> forget set
+at the unseen level."""
 
 from __future__ import annotations
 
@@ -7,15 +8,14 @@ from pathlib import Path
 
 import lightning as L
 import pytest
+import torch
 
 from callbacks.unlearning_metrics import TABLE, UnlearningMetrics
 from datamodules.memorization import MemorizationDataModule
-from zoo.unlearning import UnlearningModule
+from zoo.unlearning import MemorizeModule, UnlearningModule
 from zoo.unlearning.metrics import score_sequences
+from zoo.unlearning.module import TINY_GPT_NEO
 
-# same data settings as test_data.test_memorize_phase_grades_and_caches: the memorized weights come from the cache
-DATA = dict(seq_len=32, num_forget=8, num_unseen=8, num_heldout=2, num_background=8, batch_size=8,
-            memorize_steps=150)
 
 
 def unlearn(dm, module, tmp_path, max_epochs: int, **metrics_kw) -> tuple[dict, dict]:
@@ -29,9 +29,10 @@ def unlearn(dm, module, tmp_path, max_epochs: int, **metrics_kw) -> tuple[dict, 
 
 
 @pytest.mark.parametrize("method", ["sga"])
-def test_memorize_then_unlearn(tmp_path, tiny_config, memo_cache, method):
-    dm = MemorizationDataModule(source="embedded", cache_dir=memo_cache, **DATA)
-    init, final = unlearn(dm, UnlearningModule(model=tiny_config, method=method, lr=3e-4, el_n=10), tmp_path, 40,
+def test_memorize_then_unlearn(tmp_path, tiny_config, memorized, memo_data, method):
+    dm = MemorizationDataModule(batch_size=8, **memo_data)
+    module = UnlearningModule(model=tiny_config, method=method, lr=3e-4, el_n=10, init_from=memorized)
+    init, final = unlearn(dm, module, tmp_path, 40,
                           perturbation_attack=True, n_perturbations=8,
                           perturber_kw={"span_length": 1, "ceil_pct": True})  # 32-byte texts: about 6 words
     print(init, final, sep="\n")
@@ -53,16 +54,23 @@ def test_memorize_then_unlearn(tmp_path, tiny_config, memo_cache, method):
     assert {r["stage"] for r in rows} == {"init", "fit"} and {r["set"] for r in rows} == {"forget", "unseen"}
 
 
-# a model that knows much more than its forget set: the setting of `zoo.unlearning.repro` (seed 0), in which
-# 1,024 background sequences are trained on besides the 16 forget sequences
+# a model that knows much more than its forget set: the setting of configs/sweeps/unlearning_markov.yaml (seed 0),
+# in which 1,024 background sequences are trained on besides the 16 forget sequences
+REPRO_MODEL = {**TINY_GPT_NEO, "window_size": 32, "max_position_embeddings": 64}
+REPRO_DATA = dict(source="embedded", seed=0, seq_len=32, num_forget=16, num_unseen=16, num_heldout=16,
+                  num_background=1024, batch_size=16)
 
 
 @pytest.mark.timeout(300)
-def test_sga_keeps_utility_near_when_the_model_knows_more_than_its_forget_set(tmp_path, memo_cache):
-    from zoo.unlearning import repro
-
-    dm = MemorizationDataModule(source="embedded", seed=0, cache_dir=memo_cache, **repro.DATA)
-    init, final = unlearn(dm, UnlearningModule(model=repro.TINY, method="sga", lr=1e-4, el_n=10), tmp_path, 200)
+def test_sga_keeps_utility_near_when_the_model_knows_more_than_its_forget_set(tmp_path, fit):
+    torch.manual_seed(0)
+    theta0 = MemorizeModule(model=REPRO_MODEL)
+    trainer = fit(theta0, MemorizationDataModule(train_set="mix", mix_batches=900, **REPRO_DATA), max_epochs=1)
+    trainer.save_checkpoint(tmp_path / "theta0.ckpt")
+    dm = MemorizationDataModule(**REPRO_DATA)
+    module = UnlearningModule(model=REPRO_MODEL, method="sga", lr=1e-4, el_n=10,
+                              init_from=str(tmp_path / "theta0.ckpt"))
+    init, final = unlearn(dm, module, tmp_path, 200)
     print(init, final, sep="\n")
     assert init["outliers_high"] >= 8 and final["outliers"] == 0
     assert final["forget_ma"] <= final["ma_threshold"] and final["forget_el10"] <= final["el_threshold"]

@@ -1,4 +1,5 @@
-"""`UnlearningModule`: GA, SGA, TA and TAU on any HF causal LM, wired to Lightning.
+"""`UnlearningModule` (GA, SGA, TA, TAU on any HF causal LM) and `MemorizeModule` (the stage that makes theta_0 of
+the embedded setting), wired to Lightning.
 
 Follows the paper's official code (github.com/GeorgeOctavian/selective_unlearning; read for reference, nothing
 copied). One training epoch = one pass over the forget set D_f. Levels, all from the unseen set scored with the
@@ -16,11 +17,21 @@ Phases (a small state machine, saved in checkpoints):
   finetune -- (ta, tau) +NLL on all of D_f from theta_s (the weights at the switch); after every epoch the model
               holds the edit theta_s - lambda (theta - theta_s) (so the metrics callback and checkpoints see it);
               if it meets the stopping rule fitting ends there, otherwise theta is restored and fine-tuning goes on.
+
+Where theta_0 comes from: with the paper's GPT-Neo it is the pretrained model itself (it memorized the Pile). In the
+embedded CPU setting it is a stage of its own, each an ordinary `zoo fit` run (`configs/sweeps/unlearning_markov.yaml`
+chains them):
+  memorize   MemorizeModule trained (+NLL) on the datamodule's training mix (`train_set: mix`): theta_0.
+  reference  the same on the background alone (`forget_fraction: 0`), never seeing D_f, read against theta_0's levels
+             (`levels_from`): what an ideal unlearner would reach.
+  unlearn    UnlearningModule starting from theta_0 (`init_from: <memorize run>/checkpoints/last.ckpt`).
 """
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import lightning as L
@@ -28,11 +39,12 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from zoo.errors import ZooError
-from zoo.hub import HubMixin
+from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
 from zoo.lm import build_causal_lm
+from zoo.rundir import newest_match
 from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, select_for_ascent, snapshot, task_arithmetic
 from zoo.unlearning.metrics import (SequenceScores, check_disjoint, check_window, outlier_band, score_sequences,
-                                    unseen_threshold)
+                                    unseen_threshold, unseen_thresholds)
 
 METHODS = ("ga", "sga", "ta", "tau")
 # The paper's TAU already is SGA followed by task arithmetic (official run name "sga+ta"); "sgatau" names it too.
@@ -46,7 +58,203 @@ TINY_GPT_NEO = {"model_type": "gpt_neo", "vocab_size": 384, "hidden_size": 64, "
                 "bos_token_id": 1, "eos_token_id": 1, "pad_token_id": 0}
 
 
-class UnlearningModule(HubMixin, L.LightningModule):
+def resolve_weights(path: str, what: str) -> Path:
+    """A checkpoint file, a HubMixin directory (model.safetensors) or a run directory (checkpoints/last.ckpt); a glob
+    picks its newest match (e.g. ``runs/unlearning_memorize_markov/*/checkpoints/last.ckpt``)."""
+    p = Path(newest_match(path, what, "run the memorize stage first (configs/unlearning_memorize_markov.yaml)"))
+    if p.is_dir():
+        for cand in (p / WEIGHTS, p / "checkpoints" / "last.ckpt"):
+            if cand.is_file():
+                return cand
+        raise ZooError(f"{what} {path!r} holds neither {WEIGHTS} nor checkpoints/last.ckpt")
+    if not p.is_file():
+        raise ZooError(f"{what} {path!r} does not exist; run the memorize stage first "
+                       "(configs/unlearning_memorize_markov.yaml) or fix the path")
+    return p
+
+
+def load_lm_weights(lm: torch.nn.Module, path: str, what: str) -> Path:
+    """Load into `lm` the causal LM (`model.*`) of a MemorizeModule / UnlearningModule checkpoint or Hub directory,
+    only if it fits exactly (same architecture: every weight present, same shapes)."""
+    p = resolve_weights(path, what)
+    state = load_state_dict_file(p) if p.suffix == ".safetensors" else load_checkpoint(p)["state_dict"]
+    prefix = "model."
+    weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    own = lm.state_dict()
+    missing = [k for k in own if k not in weights]
+    unexpected = [k for k in weights if k not in own]
+    reshaped = [k for k in own if k in weights and tuple(weights[k].shape) != tuple(own[k].shape)]
+    if missing or unexpected or reshaped:
+        raise ZooError(f"{what} {path!r} does not fit this model: {len(missing)} missing, {len(unexpected)} "
+                       f"unexpected, {len(reshaped)} differently shaped weights "
+                       f"(e.g. {(reshaped or missing or unexpected)[0]}); give the same `model` as that run")
+    lm.load_state_dict(weights)
+    return p
+
+
+class _CausalLMStage(HubMixin, L.LightningModule):
+    """What both stages share: the causal LM `self.model`, its per-sequence scores on the datamodule's sets (memoized
+    per weight version and shared with `callbacks.unlearning_metrics.UnlearningMetrics`), the forget-set NLL at
+    test and the card metadata. Subclasses give `unlearning_thresholds()`."""
+
+    def _build_lm(self, model, torch_dtype, model_kwargs) -> None:
+        kw = dict(model_kwargs or {})
+        self.model = build_causal_lm({**model, **kw} if isinstance(model, dict) else model, torch_dtype,
+                                     **({} if isinstance(model, dict) else kw))
+        self._memo: dict = {}
+        self._version = 0  # bumped whenever weights change outside an optimizer step (task arithmetic)
+
+    def _dm(self):
+        try:
+            dm = self.trainer.datamodule
+        except RuntimeError:  # not attached to a Trainer
+            dm = None
+        if dm is None or getattr(dm, "forget_set", None) is None:
+            raise ZooError(f"{type(self).__name__} needs a datamodule with forget_set / unseen_set "
+                           "(e.g. datamodules.memorization.MemorizationDataModule)")
+        return dm
+
+    def _check_train_set(self, wanted: str) -> None:
+        """The datamodule must serve what this stage trains on (`train_set` of MemorizationDataModule)."""
+        got = getattr(self._dm(), "hparams", {}).get("train_set", wanted)
+        if got != wanted:
+            raise ZooError(f"{type(self).__name__} trains on the datamodule's train_set {wanted!r}, but it serves "
+                           f"{got!r}; set data.init_args.train_set: {wanted}")
+
+    def evaluate_memorization(self, name: str, data, with_el: bool = True) -> SequenceScores:
+        """Per-sequence MA / NLL / EL_n of a MemorizationSet with the current weights, memoized per weight
+        version so that the metrics callback and the stopping rule share one (costly) EL evaluation."""
+        key = (name, with_el, self.global_step, self._version)
+        hit = self._memo.get(key) or (self._memo.get((name, True, self.global_step, self._version))
+                                      if not with_el else None)
+        if hit is not None:
+            return hit
+        s = score_sequences(self.model, data.input_ids, data.attention_mask, self.hparams.el_n if with_el else None,
+                            batch_size=self.hparams.eval_batch_size)
+        self._memo = {k: v for k, v in self._memo.items() if k[2:] == key[2:]}
+        self._memo[key] = s
+        return s
+
+    def _check_sets(self) -> None:
+        dm = self._dm()
+        f, u = dm.forget_set, dm.unseen_set
+        check_window(f.lengths, self.hparams.el_n, f.doc_ids, "forget")
+        check_window(u.lengths, self.hparams.el_n, u.doc_ids, "unseen")
+        check_disjoint(f.sequences(), u.sequences(), f.doc_ids)
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        loss, ma, _ = lm_loss(self.model(input_ids=ids, attention_mask=mask).logits, ids, mask)
+        self.log("test/forget_nll", loss, batch_size=ids.shape[0])
+
+    def _card_tags(self) -> list[str]:
+        return ["unlearning", "memorization"]
+
+    def card_metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"tags": self._card_tags()}
+        meta["base_model"] = self.hparams.model if isinstance(self.hparams.model, str) else None
+        return meta
+
+
+class MemorizeModule(_CausalLMStage):
+    """The memorize stage of the embedded setting: a causal LM trained (+NLL, AdamW) on the datamodule's training mix
+    (`train_set: mix`: background text with the forget sequences repeated at graded rates), so that it memorizes them
+    to graded degrees. Its checkpoint is theta_0 of the unlearning stage (`UnlearningModule(init_from=...)`).
+
+    With `forget_fraction: 0` in the datamodule the same stage is the reference: the model retrained without D_f.
+    Its metrics must be read against theta_0's levels, so `levels_from` points at the memorize run; without it the
+    levels are this model's own (for the memorize run itself: theta_0's)."""
+
+    def __init__(
+        self,
+        model: Union[str, dict] = TINY_GPT_NEO,
+        lr: float = 3e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        el_n: int = 10,
+        threshold_std: float = 0.0,
+        outlier_std: float = 2.0,
+        levels_from: Optional[str] = None,
+        eval_batch_size: int = 32,
+        torch_dtype: Optional[str] = None,
+        model_kwargs: Optional[dict] = None,
+    ):
+        """
+        Args:
+            model: Hub name / local path of a causal LM or a config dict (random init from a seeded
+                `seed_everything`; the embedded setting's tiny GPT-Neo).
+            lr, betas, weight_decay: AdamW on the training mix (torch defaults but lr 3e-3: a tiny model that must
+                memorize within a few hundred steps).
+            el_n: n of the extraction likelihood EL_n (10), for the levels.
+            threshold_std / outlier_std: levels = unseen mean + threshold_std std; band = mean -/+ outlier_std std
+                (as UnlearningModule).
+            levels_from: theta_0 whose unseen-set scores give the levels (a checkpoint, run dir or glob; the
+                reference run points at the memorize run); None: this model's own.
+            eval_batch_size: batch for scoring sequences (MA/EL).
+            torch_dtype: model dtype (float32 default).
+            model_kwargs: extra config values.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        if not all(0 <= b < 1 for b in betas):
+            raise ZooError(f"Adam betas must lie in [0, 1), got {tuple(betas)}")
+        if lr <= 0:
+            raise ZooError(f"lr must be > 0, got {lr}")
+        self._build_lm(model, torch_dtype, model_kwargs)
+        self._levels: tuple[Any, dict[str, float]] | None = None
+
+    def setup(self, stage: str) -> None:
+        if self.hparams.levels_from:
+            resolve_weights(self.hparams.levels_from, "levels_from")  # fail before training, not at its end
+        try:
+            self._dm()
+        except ZooError:
+            if stage == "fit":  # plain loaders (e.g. a benchmark): nothing to check, no metrics callback
+                return
+            raise
+        if stage == "fit":
+            self._check_train_set("mix")
+        self._check_sets()
+
+    def training_step(self, batch: dict, batch_idx: int):
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        loss = self.model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=ids.shape[0])
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.model.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas),
+                                 weight_decay=self.hparams.weight_decay)
+
+    @torch.no_grad()
+    def unlearning_thresholds(self) -> dict[str, float]:
+        """gamma_MA, gamma_EL and the outlier band of theta_0 on the unseen set: theta_0 = the `levels_from` model
+        (measured once), else this model as it is now (re-measured when its weights change)."""
+        h = self.hparams
+        key = "levels_from" if h.levels_from else (self.global_step, self._version)
+        if self._levels is None or self._levels[0] != key:
+            unseen = self._dm().unseen_set
+            if h.levels_from:
+                theta0 = copy.deepcopy(self.model)
+                path = load_lm_weights(theta0, h.levels_from, "levels_from")
+                s = score_sequences(theta0, unseen.input_ids, unseen.attention_mask, h.el_n,
+                                    batch_size=h.eval_batch_size)
+                del theta0
+                src = f"theta_0 of {path}"
+            else:
+                s = self.evaluate_memorization("unseen", unseen, with_el=True)
+                src = "this model"
+            self._levels = (key, unseen_thresholds(s, h.threshold_std, h.outlier_std))
+            t = self._levels[1]
+            rank_zero_info(f"unlearning levels ({src}, unseen set): MA {t['ma']:.4f} EL_{h.el_n} {t['el']:.4f}, "
+                           f"outlier band [{t['low']:.4f}, {t['high']:.4f}]")
+        return dict(self._levels[1])
+
+    def _card_tags(self) -> list[str]:
+        return ["unlearning", "memorization", "memorize"]
+
+
+class UnlearningModule(_CausalLMStage):
     def __init__(
         self,
         model: Union[str, dict] = TINY_GPT_NEO,
@@ -70,11 +278,12 @@ class UnlearningModule(HubMixin, L.LightningModule):
         eval_batch_size: int = 32,
         torch_dtype: Optional[str] = None,
         model_kwargs: Optional[dict] = None,
+        init_from: Optional[str] = None,
     ):
         """
         Args:
-            model: Hub name / local path of a causal LM (e.g. EleutherAI/gpt-neo-125m) or a config dict
-                (random init; the embedded datamodule then memorizes its forget set into it).
+            model: Hub name / local path of a causal LM (e.g. EleutherAI/gpt-neo-125m: theta_0 is the pretrained
+                model) or a config dict (random init; `init_from` then gives theta_0).
             method: ga | sga | ta | tau ("sgatau" = tau: the paper's TAU is SGA followed by TA).
             lr, betas: Adam (official: lr 5e-5, betas (0.9, 0.98)).
             weight_decay: AdamW decoupled weight decay (0 keeps a GA step exactly minus a fine-tuning step).
@@ -95,6 +304,9 @@ class UnlearningModule(HubMixin, L.LightningModule):
             eval_batch_size: batch for scoring sequences (MA/EL).
             torch_dtype: model dtype (float32 default; bfloat16 for large models).
             model_kwargs: extra config values, e.g. dropout 0 as in Jang et al.
+            init_from: theta_0 = the weights of a memorize run (`MemorizeModule`): a .ckpt, a run dir (its
+                checkpoints/last.ckpt), a Hub-format directory, or a glob (newest match); loaded when fitting starts
+                (resuming with --ckpt_path overrides it). The model config must be that run's.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -110,9 +322,7 @@ class UnlearningModule(HubMixin, L.LightningModule):
             raise ZooError(f"outlier_low {outlier_low} is above outlier_high {outlier_high}")
         if not all(0 <= b < 1 for b in betas):
             raise ZooError(f"Adam betas must lie in [0, 1), got {tuple(betas)}")
-        kw = dict(model_kwargs or {})
-        self.model = build_causal_lm({**model, **kw} if isinstance(model, dict) else model, torch_dtype,
-                                     **({} if isinstance(model, dict) else kw))
+        self._build_lm(model, torch_dtype, model_kwargs)
         nan = float("nan")
         fixed = (ma_threshold, el_threshold, outlier_low, outlier_high)
         self.register_buffer("thresholds", torch.tensor([nan if v is None else v for v in fixed], dtype=torch.float64))
@@ -121,31 +331,9 @@ class UnlearningModule(HubMixin, L.LightningModule):
         self._base: dict[str, torch.Tensor] | None = None  # theta_s of task arithmetic
         self._theta: dict[str, torch.Tensor] | None = None  # fine-tuned weights while the model holds the edit
         self._updates = 0
-        self._memo: dict = {}
-        self._version = 0  # bumped whenever weights change outside an optimizer step (task arithmetic)
+        self.epochs_done = 0  # unlearning epochs that trained (the old repro's "epochs"; logged as test/epochs)
 
-    # ------------------------------------------------------------------------------------------ data access
-    def _dm(self):
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if dm is None or getattr(dm, "forget_set", None) is None:
-            raise ZooError("UnlearningModule needs a datamodule with forget_set / unseen_set "
-                           "(e.g. datamodules.memorization.MemorizationDataModule)")
-        return dm
-
-    def evaluate_memorization(self, name: str, data, with_el: bool = True) -> SequenceScores:
-        """Per-sequence MA / NLL / EL_n of a MemorizationSet with the current weights, memoized per weight
-        version so that the metrics callback and the stopping rule share one (costly) EL evaluation."""
-        key = (name, with_el, self.global_step, self._version)
-        hit = self._memo.get(key) or (self._memo.get((name, True, self.global_step, self._version))
-                                      if not with_el else None)
-        if hit is not None:
-            return hit
-        s = score_sequences(self.model, data.input_ids, data.attention_mask, self.hparams.el_n if with_el else None,
-                            batch_size=self.hparams.eval_batch_size)
-        self._memo = {k: v for k, v in self._memo.items() if k[2:] == key[2:]}
-        self._memo[key] = s
-        return s
-
+    # ------------------------------------------------------------------------------------------------ levels
     def unlearning_thresholds(self) -> dict[str, float]:
         """gamma_MA, gamma_EL (`ma`, `el`) and the outlier band (`low`, `high`): fixed by the config or measured
         once on the unseen set with the initial model."""
@@ -179,13 +367,12 @@ class UnlearningModule(HubMixin, L.LightningModule):
     def setup(self, stage: str) -> None:
         if stage != "fit":
             return
-        dm = self._dm()
-        if hasattr(dm, "memorize"):
-            dm.memorize(self.model)  # embedded source: theta_0 = the memorized tiny LM
-        f, u = dm.forget_set, dm.unseen_set
-        check_window(f.lengths, self.hparams.el_n, f.doc_ids, "forget")
-        check_window(u.lengths, self.hparams.el_n, u.doc_ids, "unseen")
-        check_disjoint(f.sequences(), u.sequences(), f.doc_ids)
+        self._check_train_set("forget")
+        if self.hparams.init_from:
+            path = load_lm_weights(self.model, self.hparams.init_from, "init_from")
+            self._version += 1
+            rank_zero_info(f"UnlearningModule: theta_0 from {path}")
+        self._check_sets()
 
     def on_fit_start(self) -> None:
         self.unlearning_thresholds()
@@ -271,6 +458,7 @@ class UnlearningModule(HubMixin, L.LightningModule):
         # at the end of the epoch's last batch, so that checkpoints and the metrics callback see the final weights
         if not self.trainer.is_last_batch or self.phase == "done":
             return
+        self.epochs_done += 1
         if self.phase == "finetune":
             self._edit()
         else:
@@ -304,23 +492,20 @@ class UnlearningModule(HubMixin, L.LightningModule):
                            f"rule; the model keeps the edit with lambda {self._lambdas()[-1]}")
 
     # ------------------------------------------------------------------------------------------------ test
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        ids, mask = batch["input_ids"], batch["attention_mask"]
-        loss, ma, _ = lm_loss(self.model(input_ids=ids, attention_mask=mask).logits, ids, mask)
-        self.log("test/forget_nll", loss, batch_size=ids.shape[0])
+    def on_test_epoch_end(self) -> None:
+        self.log("test/epochs", float(self.epochs_done))  # of the checkpoint under test
 
     # ------------------------------------------------------------------------------------------ checkpoint
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["unlearning_state"] = {"phase": self.phase, "lambdas": list(self.lambdas), "base": self._base,
-                                          "theta": self._theta}
+                                          "theta": self._theta, "epochs_done": self.epochs_done}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
         st = checkpoint.get("unlearning_state")
         if st:
             self.phase, self.lambdas, self._base, self._theta = st["phase"], st["lambdas"], st["base"], st["theta"]
+            self.epochs_done = int(st.get("epochs_done", 0))
 
-    def card_metadata(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {"tags": ["unlearning", "memorization", self.method]}
-        if isinstance(self.hparams.model, str):
-            meta["base_model"] = self.hparams.model
-        return meta
+    def _card_tags(self) -> list[str]:
+        return ["unlearning", "memorization", self.method]
