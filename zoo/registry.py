@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,35 +121,97 @@ PAPERS: dict[str, Paper] = {
             _arxiv("2405.03097"),
             "github.com/GeorgeOctavian/selective_unlearning",
             status="implemented",
-            modules=("zoo.unlearning.UnlearningModule",),
+            modules=("zoo.unlearning.UnlearningModule", "zoo.unlearning.MemorizeModule"),
             datamodules=("datamodules.memorization.MemorizationDataModule",),
             callbacks=("callbacks.unlearning_metrics.UnlearningMetrics",),
-            configs=("unlearning_ga_gptneo125m", "unlearning_sga_gptneo125m", "unlearning_ta_gptneo125m",
-                     "unlearning_tau_gptneo125m"),
+            configs=("unlearning_memorize_markov", "unlearning_ga_gptneo125m", "unlearning_sga_gptneo125m",
+                     "unlearning_ta_gptneo125m", "unlearning_tau_gptneo125m"),
+            sweeps=("unlearning_markov",),
         ),
-        Paper("minnorm", "Minimum Norm Interpolation Meets The Local Theory of Banach Spaces",
-              "https://openreview.net/forum?id=G4b32bKnBy", "none"),
-        Paper("gfnpg", "GFlowNet Training by Policy Gradients",
-              "https://proceedings.mlr.press/v235/niu24c.html", "github.com/niupuhua1234/GFN-PG"),
-        Paper("bymi", "ByMI: Byzantine Machine Identification with False Discovery Rate Control",
-              "https://proceedings.mlr.press/v235/qian24b.html", "github.com/mywang99/ByMI"),
+        Paper(
+            "minnorm",
+            "Minimum Norm Interpolation Meets The Local Theory of Banach Spaces",
+            "https://openreview.net/forum?id=G4b32bKnBy",
+            "none",
+            status="in progress",
+            modules=("zoo.minnorm.MinNormExperiment",),
+            datamodules=("datamodules.linear_designs.LinearDesignsDataModule",),
+            configs=("minnorm_gaussian", "minnorm_rademacher", "minnorm_l2_laws"),
+            sweeps=("minnorm_universality", "minnorm_l1_rate"),
+            smoke_verbs=("test",),
+        ),
+        Paper(
+            "gfnpg",
+            "GFlowNet Training by Policy Gradients",
+            "https://proceedings.mlr.press/v235/niu24c.html",
+            "github.com/niupuhua1234/GFN-PG",
+            status="in progress",
+            modules=("zoo.gfnpg.GFNPGModule",),
+            datamodules=("datamodules.gfn_envs.GFNEnvDataModule",),
+            configs=("gfnpg_hypergrid", "gfnpg_bn5"),
+            sweeps=("gfnpg_known_optimum", "gfnpg_hypergrid_compare"),
+        ),
+        Paper(
+            "bymi",
+            "ByMI: Byzantine Machine Identification with False Discovery Rate Control",
+            "https://proceedings.mlr.press/v235/qian24b.html",
+            "github.com/mywang99/ByMI",
+            status="planned",
+            modules=("zoo.bymi.ByMIExperiment", "zoo.bymi.FeatureClassifier"),
+            datamodules=("datamodules.byzantine.ByzantineDataModule", "datamodules.byzantine.MachineShardDataModule"),
+            callbacks=("callbacks.byzantine_identification.ByzantineIdentification",
+                       "callbacks.byzantine_identification.ByzantineAttack"),
+            configs=("bymi_mnist", "bymi_fmnist", "bymi_cifar10", "bymi_ddp_digits"),
+            sweeps=(),
+        ),
         Paper("pcdenoiser", "Learning Pseudo-Contractive Denoisers for Inverse Problems", _arxiv("2402.05637"),
               "github.com/FizzzFizzz/Learning-Pseudo-Contractive-Denoisers-for-Inverse-Problems"),
         Paper("dpodiff", "DPO-Diff: On Discrete Prompt Optimization for Diffusion Models", _arxiv("2407.01606"),
               "github.com/ruocwang/dpo-diffusion"),
         Paper("vpdm", "VPDM: Vague Prototype-Oriented Diffusion Model for Multi-Class Anomaly Detection",
               "https://icml.cc/Conferences/2024", "none"),
-        Paper("clusterdel", "Combinatorial Approximations for Cluster Deletion: Simpler, Faster, and Better",
-              _arxiv("2404.16131"), "github.com/vibalcam/combinatorial-cluster-deletion"),
+        Paper(
+            "clusterdel",
+            "Combinatorial Approximations for Cluster Deletion: Simpler, Faster, and Better",
+            _arxiv("2404.16131"),
+            "github.com/vibalcam/combinatorial-cluster-deletion",
+            status="in progress",
+            modules=("zoo.clusterdel.ClusterDeletionEval",),
+            datamodules=("datamodules.graphs.GraphDataModule",),
+            configs=("clusterdel_snap", "clusterdel_smallgraphs"),
+            sweeps=("clusterdel_smallgraphs",),
+            smoke_verbs=("test",),
+        ),
         Paper("regal", "ReGAL: Refactoring Programs to Discover Generalizable Abstractions", _arxiv("2401.16467"),
               "github.com/esteng/regal_program_learning"),
-        Paper("gentle", "GENTLE: Generative Conditional Distributions by Neural (Entropic) Optimal Transport",
-              _arxiv("2406.02317"), "github.com/nguyenngocbaocmt02/GENTLE"),
+        Paper(
+            "gentle",
+            "GENTLE: Generative Conditional Distributions by Neural (Entropic) Optimal Transport",
+            _arxiv("2406.02317"),
+            "github.com/nguyenngocbaocmt02/GENTLE",
+            status="in progress",
+            modules=("zoo.gentle.GENTLEModule", "zoo.gentle.CWGANModule", "zoo.gentle.PooledMarginalModule"),
+            datamodules=("datamodules.conditional.ConditionalDataModule",),
+            configs=("gentle_toy1", "gentle_toy1_no_ot", "gentle_toy1_marginal", "gentle_toy1_cwgan", "gentle_cps",
+                     "gentle_cps_cwgan", "gentle_ecm"),
+            sweeps=("gentle_toy1", "gentle_ecm_grid"),
+        ),
         Paper("bggn", "Intersectional Unfairness Discovery", _arxiv("2405.20790"), "github.com/xugezheng/BGGN"),
         Paper("pmtr", "3D Geometric Shape Assembly via Efficient Point Cloud Matching", _arxiv("2407.10542"),
               "github.com/NahyukLEE/pmtr"),
-        Paper("moment", "MOMENT: A Family of Open Time-series Foundation Models", _arxiv("2402.03885"),
-              "github.com/moment-timeseries-foundation-model/moment"),
+        Paper(
+            "moment",
+            "MOMENT: A Family of Open Time-series Foundation Models",
+            _arxiv("2402.03885"),
+            "github.com/moment-timeseries-foundation-model/moment",
+            status="in progress",
+            modules=("zoo.moment.MOMENTForecastingModule", "zoo.moment.MOMENTReconstructionModule",
+                     "zoo.moment.MOMENTClassificationModule", "zoo.moment.MOMENTEmbeddingSVMModule"),
+            datamodules=("datamodules.timeseries.ETTh1DataModule", "datamodules.timeseries.UCRClassificationDataModule",
+                         "datamodules.timeseries.UCRAnomalyDataModule", "datamodules.timeseries.PretrainingDataModule"),
+            configs=("moment_etth1", "moment_ecg5000", "moment_ucr_anomaly", "moment_pretrain"),
+            sweeps=("moment_offline", "moment_etth1_horizons"),
+        ),
     ]
 }
 
@@ -175,7 +238,8 @@ def find(pattern: str = "*") -> list[Paper]:
     return out
 
 
-def list_zoo(pattern: str = "*", status: str | None = None, configs: bool = False) -> list[str]:
+def list_zoo(pattern: str = "*", status: Optional[Literal["implemented", "in progress", "planned"]] = None,
+             configs: bool = False) -> list[str]:
     """List the papers of the zoo with their status, modules, datamodules and configs.
 
     Args:

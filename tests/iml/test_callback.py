@@ -115,10 +115,15 @@ def test_tag_colliding_with_a_vocabulary_word_is_an_error(tmp_path):
                                                                     DataLoader(TRAIN, batch_size=3))
     with pytest.raises(ZooError, match="share the tag"):
         check_tags({"tag1": "<|x|>", "tag2": "<|x|>"}, set())
-    from zoo.iml.repro import word_tokenizer
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
+    # a word-level tokenizer whose vocabulary holds "reliable": a tag equal to one of its words is refused
+    words = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "reliable": 2, "source": 3}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
     with pytest.raises(ZooError, match="tokenizer vocabulary word"):
-        check_tags({"tag1": "reliable"}, set(), word_tokenizer(["a reliable source"]))
+        check_tags({"tag1": "reliable"}, set(), PreTrainedTokenizerFast(tokenizer_object=words))
+    check_tags({"tag1": "qzxv"}, set(), PreTrainedTokenizerFast(tokenizer_object=words))
 
 
 def test_unknown_source_is_an_error():
