@@ -143,6 +143,12 @@ def test_stalled_newton_names_p_iteration_and_residual():
         dual_newton(X, y, 1.05, max_iter=1)
 
 
+def test_lp_time_limit_is_an_error_not_a_partial_solution():
+    X, y = problem(n=30, d=600, seed=7)
+    with pytest.raises(ZooError, match="basis pursuit \\(p=1\\) failed .*HiGHS status 1"):
+        basis_pursuit(X, y, time_limit=0.0)
+
+
 def test_shape_mismatch_and_p_one_in_newton():
     X, y = problem()
     with pytest.raises(ZooError, match="does not match X"):

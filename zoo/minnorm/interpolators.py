@@ -182,23 +182,25 @@ def dual_newton(X, y, p: float, w0=None, chol=None, rtol: float = 1e-12, max_ite
     return NewtonResult(w=w * scale, lam=lam * scale ** (p - 1.0), iterations=it, residual=float(res.max()))
 
 
-def basis_pursuit(X, y, return_dual: bool = False, polish: bool = True):
+def basis_pursuit(X, y, return_dual: bool = False, polish: bool = True, time_limit: float | None = None):
     """Minimum-ℓ₁ interpolator by the LP min 1ᵀ(u+v) s.t. X(u−v) = y, u, v ≥ 0 (HiGHS via scipy).
 
     The simplex solution is a vertex: its support S has at most n columns, X_S has full column rank and ŵ_S
     solves X_S ŵ_S = y. `polish` re-solves that system in float64 (HiGHS's feasibility tolerance is 1e-7), so
     the returned ŵ interpolates to rounding. With `return_dual`, also the equality multipliers λ, the dual
-    certificate: ‖Xᵀλ‖_∞ ≤ 1 with (Xᵀλ)_j = sign(ŵ_j) on the support."""
+    certificate: ‖Xᵀλ‖_∞ ≤ 1 with (Xᵀλ)_j = sign(ŵ_j) on the support. `time_limit`: seconds per LP for HiGHS
+    (reaching it is a ZooError, never a partial solution)."""
     X, y, _ = check_problem(X, y, 1.0)
     n, d = X.shape[-2:]
     Xn, yn = X.numpy(), y.numpy()
     ys = yn.reshape(-1, n)
     ws, lams = np.zeros((ys.shape[0], d)), np.zeros((ys.shape[0], n))
+    # presolve off: on a dense random design it finds nothing to remove and costs up to half the solve
+    options = {"presolve": False} if time_limit is None else {"presolve": False, "time_limit": float(time_limit)}
     for b in range(ys.shape[0]):
         Xb = Xn if Xn.ndim == 2 else Xn[b]
-        # presolve off: on a dense random design it finds nothing to remove and costs up to half the solve
         out = linprog(np.ones(2 * d), A_eq=np.hstack([Xb, -Xb]), b_eq=ys[b], bounds=(0, None), method="highs",
-                      options={"presolve": False})
+                      options=options)
         if out.status != 0:
             raise ZooError(f"basis pursuit (p=1) failed for problem {b}: HiGHS status {out.status}: {out.message}")
         w = out.x[:d] - out.x[d:]
