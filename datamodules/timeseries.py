@@ -15,7 +15,7 @@ Sources are explicit (``source``) and logged, never a silent fallback:
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 import lightning.pytorch as L
 import numpy as np
@@ -27,8 +27,17 @@ from torch.utils.data import DataLoader, Dataset
 
 from zoo.data import train_loader
 from zoo.errors import ZooError
-from zoo.moment.formats import (AEON_ANOMALY, ETT_COLUMNS, AnomalySeries, TSData, bundled_dir, read_ett_csv,
-                                read_kdd_tsad_csv, read_ts, read_ucr_anomaly)
+from zoo.moment.formats import (
+    AEON_ANOMALY,
+    ETT_COLUMNS,
+    AnomalySeries,
+    TSData,
+    bundled_dir,
+    read_ett_csv,
+    read_kdd_tsad_csv,
+    read_ts,
+    read_ucr_anomaly,
+)
 
 SEQ_LEN = 512
 
@@ -106,10 +115,10 @@ class ETTh1DataModule(L.LightningDataModule):
         n_rows: length of the embedded series.
     """
 
-    def __init__(self, source: Literal["local", "embedded"] = "local", path: Optional[str] = None,
+    def __init__(self, source: Literal["local", "embedded"] = "local", path: str | None = None,
                  task: Literal["forecasting", "imputation"] = "forecasting", forecast_horizon: int = 192,
                  train_rows: int = 12 * 30 * 24, val_rows: int = 4 * 30 * 24, test_rows: int = 4 * 30 * 24,
-                 stride: int = 1, eval_stride: Optional[int] = None, batch_size: int = 8, eval_batch_size: int = 64,
+                 stride: int = 1, eval_stride: int | None = None, batch_size: int = 8, eval_batch_size: int = 64,
                  n_rows: int = 17_420, seed: int = 0, num_workers: int = 0):
         super().__init__()
         self.save_hyperparameters()
@@ -129,7 +138,7 @@ class ETTh1DataModule(L.LightningDataModule):
     def n_channels(self) -> int:
         return len(ETT_COLUMNS) - 1
 
-    def setup(self, stage: Optional[str] = None) -> None:
+    def setup(self, stage: str | None = None) -> None:
         if self.sets:
             return
         hp = self.hparams
@@ -232,7 +241,7 @@ class UCRClassificationDataModule(L.LightningDataModule):
     """
 
     def __init__(self, source: Literal["local", "aeon", "sktime", "embedded"] = "local", dataset: str = "ECG5000",
-                 train_path: Optional[str] = None, test_path: Optional[str] = None,
+                 train_path: str | None = None, test_path: str | None = None,
                  scaling: Literal["per_timestep", "none"] = "per_timestep", val_fraction: float = 0.0,
                  batch_size: int = 64, eval_batch_size: int = 64, seed: int = 0, num_workers: int = 0,
                  embedded_n_train: int = 60, embedded_n_test: int = 60, embedded_n_classes: int = 3,
@@ -265,7 +274,7 @@ class UCRClassificationDataModule(L.LightningDataModule):
         return (read_ts(folder / f"{hp.dataset}_TRAIN.ts"), read_ts(folder / f"{hp.dataset}_TEST.ts"),
                 f"{hp.source}'s bundled {hp.dataset} (.ts, read by zoo.moment.formats.read_ts)")
 
-    def setup(self, stage: Optional[str] = None) -> None:
+    def setup(self, stage: str | None = None) -> None:
         if self.sets:
             return
         hp = self.hparams
@@ -374,7 +383,7 @@ class UCRAnomalyDataModule(L.LightningDataModule):
         train_stride: step between training windows (official anomaly loader: 512).
     """
 
-    def __init__(self, source: Literal["local", "aeon", "embedded"] = "local", path: Optional[str] = None,
+    def __init__(self, source: Literal["local", "aeon", "embedded"] = "local", path: str | None = None,
                  dataset: str = "KDD-TSAD_135", train_stride: int = SEQ_LEN, batch_size: int = 64,
                  eval_batch_size: int = 64, seed: int = 0, num_workers: int = 0, embedded_length: int = 4096,
                  embedded_train_end: int = 1536):
@@ -401,7 +410,7 @@ class UCRAnomalyDataModule(L.LightningDataModule):
         return (read_kdd_tsad_csv(bundled_dir("aeon", hp.dataset), AEON_ANOMALY[hp.dataset]),
                 f"aeon's bundled {hp.dataset} (CSV)")
 
-    def setup(self, stage: Optional[str] = None) -> None:
+    def setup(self, stage: str | None = None) -> None:
         if self.sets:
             return
         series, what = self.read()
@@ -495,7 +504,7 @@ class PretrainingDataModule(L.LightningDataModule):
         data = read_ts(bundled_dir("aeon", name) / f"{name}_TRAIN.ts")
         return [ch for s in data.series for ch in s]
 
-    def setup(self, stage: Optional[str] = None) -> None:
+    def setup(self, stage: str | None = None) -> None:
         if self.sets:
             return
         xs, masks, counts = [], [], {}
@@ -533,4 +542,4 @@ class PretrainingDataModule(L.LightningDataModule):
         return {"data_source": "pre-training mix: " + ", ".join(self.hparams.sources) + " (training parts only)"}
 
 
-__all__ = ["ETTh1DataModule", "UCRClassificationDataModule", "UCRAnomalyDataModule", "PretrainingDataModule"]
+__all__ = ["ETTh1DataModule", "PretrainingDataModule", "UCRAnomalyDataModule", "UCRClassificationDataModule"]

@@ -5,8 +5,13 @@ import pandas as pd
 import pytest
 import torch
 
-from datamodules.timeseries import (ETTh1DataModule, PretrainingDataModule, UCRAnomalyDataModule,
-                                    UCRClassificationDataModule, embedded_ett)
+from datamodules.timeseries import (
+    ETTh1DataModule,
+    PretrainingDataModule,
+    UCRAnomalyDataModule,
+    UCRClassificationDataModule,
+    embedded_ett,
+)
 from zoo.errors import ZooError
 from zoo.moment.formats import AEON_CLASSIFICATION, bundled_dir, read_kdd_tsad_csv, read_ts, read_ucr_anomaly
 

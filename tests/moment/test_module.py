@@ -7,8 +7,12 @@ import torch
 
 from datamodules.timeseries import ETTh1DataModule, PretrainingDataModule, UCRClassificationDataModule
 from zoo.errors import ZooError
-from zoo.moment import (MOMENTClassificationModule, MOMENTEmbeddingSVMModule, MOMENTForecastingModule,
-                        MOMENTReconstructionModule)
+from zoo.moment import (
+    MOMENTClassificationModule,
+    MOMENTEmbeddingSVMModule,
+    MOMENTForecastingModule,
+    MOMENTReconstructionModule,
+)
 
 
 def _trainer(tmp_path, **kw):

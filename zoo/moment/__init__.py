@@ -8,8 +8,13 @@ official SVM protocol on embeddings), `module` (Lightning).
 
 from zoo.moment.checkpoints import MOMENTFM_KEY_TABLE, convert_momentfm_state_dict, load_moment
 from zoo.moment.model import MOMENT, MomentConfig
-from zoo.moment.module import (MOMENTClassificationModule, MOMENTEmbeddingSVMModule, MOMENTForecastingModule,
-                               MOMENTReconstructionModule, build_moment)
+from zoo.moment.module import (
+    MOMENTClassificationModule,
+    MOMENTEmbeddingSVMModule,
+    MOMENTForecastingModule,
+    MOMENTReconstructionModule,
+    build_moment,
+)
 
 __all__ = [
     "MOMENT",

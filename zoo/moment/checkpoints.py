@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -28,7 +28,7 @@ CHECKPOINTS = ("AutonLab/MOMENT-1-small", "AutonLab/MOMENT-1-base", "AutonLab/MO
 
 # momentfm state-dict name (regex) -> ours (template); every key of a checkpoint must match one row.
 # ``None``: a derived tensor that is checked against ours and not loaded.
-MOMENTFM_KEY_TABLE: tuple[tuple[str, Optional[str]], ...] = (
+MOMENTFM_KEY_TABLE: tuple[tuple[str, str | None], ...] = (
     (r"patch_embedding\.value_embedding\.(weight|bias)", r"patch_embedding.projection.\1"),
     (r"patch_embedding\.mask_embedding", r"patch_embedding.mask_embedding"),
     (r"patch_embedding\.position_embedding\.pe", None),  # sinusoidal table [1, 5000, D]: recomputed
@@ -40,7 +40,7 @@ MOMENTFM_KEY_TABLE: tuple[tuple[str, Optional[str]], ...] = (
 _CONFIG_FIELDS = ("seq_len", "patch_len", "add_positional_embedding", "value_embedding_bias", "orth_gain")
 
 
-def map_key(name: str) -> tuple[bool, Optional[str]]:
+def map_key(name: str) -> tuple[bool, str | None]:
     """(matched, our name or None for a derived tensor)."""
     for pattern, target in MOMENTFM_KEY_TABLE:
         if re.fullmatch(pattern, name):
@@ -109,7 +109,7 @@ def config_from_json(cfg: dict[str, Any], **task: Any) -> MomentConfig:
     return MomentConfig(t5_config=t5, **fields, **{k: v for k, v in task.items() if v is not None})
 
 
-def _repo_files(repo_id: str, revision: Optional[str]) -> tuple[Path, Path]:
+def _repo_files(repo_id: str, revision: str | None) -> tuple[Path, Path]:
     """config.json and model.safetensors of a local directory or a Hub repo, through the HF cache."""
     local = Path(repo_id)
     if local.is_dir():
@@ -151,7 +151,7 @@ def _refuse_pickles(repo_id: str, files: list[str]) -> None:
         raise ZooError(f"{repo_id!r} has {what}; MOMENT weights are loaded from safetensors only, never unpickled")
 
 
-def load_moment(repo_id: str, task_name: str = "reconstruction", revision: Optional[str] = None,
+def load_moment(repo_id: str, task_name: str = "reconstruction", revision: str | None = None,
                 **task: Any) -> MOMENT:
     """MOMENT with the weights of an official checkpoint (Hub id or local directory) for ``task_name``."""
     config_path, weights_path = _repo_files(repo_id, revision)

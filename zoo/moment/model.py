@@ -7,7 +7,7 @@ Sec. 3.2), and the T5 attention mask is the patch view of ``input_mask`` (paddin
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -33,12 +33,12 @@ class MomentConfig:
     patch_len: int = 8
     add_positional_embedding: bool = True  # momentfm's default when the checkpoint's config does not say
     value_embedding_bias: bool = False
-    orth_gain: Optional[float] = 1.41
+    orth_gain: float | None = 1.41
     patch_dropout: float = 0.1
     head_dropout: float = 0.1
-    forecast_horizon: Optional[int] = None
-    n_channels: Optional[int] = None  # classification only (the head's input is C * D)
-    num_class: Optional[int] = None
+    forecast_horizon: int | None = None
+    n_channels: int | None = None  # classification only (the head's input is C * D)
+    num_class: int | None = None
     reduction: Literal["concat", "mean"] = "concat"  # classification: how channels are combined
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -50,7 +50,7 @@ class MomentConfig:
     def n_patches(self) -> int:
         return self.seq_len // self.patch_len
 
-    def check(self) -> "MomentConfig":
+    def check(self) -> MomentConfig:
         if self.task_name not in TASKS:
             raise ZooError(f"unknown MOMENT task {self.task_name!r}: choose one of {', '.join(TASKS)}")
         if "d_model" not in self.t5_config:
@@ -100,7 +100,7 @@ class MOMENT(nn.Module):
         return nn.Identity()
 
     # ---------------------------------------------------------------------------------------------- checks
-    def _check_input(self, x: torch.Tensor, input_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    def _check_input(self, x: torch.Tensor, input_mask: torch.Tensor | None) -> torch.Tensor:
         c = self.config
         if x.ndim != 3:
             raise ZooError(f"MOMENT takes [batch, channels, {c.seq_len}] series, got shape {tuple(x.shape)}")
@@ -132,8 +132,8 @@ class MOMENT(nn.Module):
         return out.reshape(b, ch, n, d)
 
     # ---------------------------------------------------------------------------------------------- tasks
-    def reconstruct(self, x: torch.Tensor, input_mask: Optional[torch.Tensor] = None,
-                    mask: Optional[torch.Tensor] = None, mask_ratio: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def reconstruct(self, x: torch.Tensor, input_mask: torch.Tensor | None = None,
+                    mask: torch.Tensor | None = None, mask_ratio: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
         """Reconstruction of every time step [B, C, L] and the mask used [B, L] (1 = observed). Without ``mask``
         one is drawn with ``mask_ratio`` (0 for inference: every observed patch kept). RevIN statistics come from
         the steps both observed and unmasked, as in pre-training."""
@@ -145,7 +145,7 @@ class MOMENT(nn.Module):
         h = self.encode(revin_normalize(x, stats), input_mask, mask)
         return revin_denormalize(self.head(h), stats), mask
 
-    def forecast(self, x: torch.Tensor, input_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forecast(self, x: torch.Tensor, input_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Forecast [B, C, H]. No patch is replaced by ``[MASK]`` (the official code embeds padded patches too)."""
         self._need("forecasting")
         input_mask = self._check_input(x, input_mask)
@@ -153,12 +153,12 @@ class MOMENT(nn.Module):
         h = self.encode(revin_normalize(x, stats), input_mask, torch.ones_like(input_mask))
         return revin_denormalize(self.head(h), stats)
 
-    def _features(self, x: torch.Tensor, input_mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _features(self, x: torch.Tensor, input_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         input_mask = self._check_input(x, input_mask)
         stats = revin_statistics(x, input_mask)
         return self.encode(revin_normalize(x, stats), input_mask, input_mask), input_mask
 
-    def classify(self, x: torch.Tensor, input_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def classify(self, x: torch.Tensor, input_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, classes]."""
         self._need("classification")
         c = self.config
@@ -173,14 +173,14 @@ class MOMENT(nn.Module):
             h = h.mean(dim=1)
         return self.head(h)
 
-    def embed(self, x: torch.Tensor, input_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def embed(self, x: torch.Tensor, input_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Series embedding [B, D]: mean over channels, then the mean over the observed patches."""
         h, input_mask = self._features(x, input_mask)
         h = h.mean(dim=1)  # [B, N, D]
         w = patch_view(input_mask, self.config.patch_len).unsqueeze(-1).to(h.dtype)  # [B, N, 1]
         return (w * h).sum(1) / w.sum(1)
 
-    def forward(self, x: torch.Tensor, input_mask: Optional[torch.Tensor] = None, **kwargs) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, input_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
         task = self.config.task_name
         if task == "reconstruction":
             return self.reconstruct(x, input_mask, **kwargs)[0]
@@ -196,7 +196,7 @@ class MOMENT(nn.Module):
                            f"build it with task_name={task!r}")
 
     # ---------------------------------------------------------------------------------------------- freezing
-    def freeze(self, embedder: bool = True, encoder: bool = True, head: bool = False) -> "MOMENT":
+    def freeze(self, embedder: bool = True, encoder: bool = True, head: bool = False) -> MOMENT:
         """Linear probing (the official default): embedder and encoder frozen, head trained."""
         for module, frozen in ((self.patch_embedding, embedder), (self.encoder, encoder), (self.head, head)):
             for p in module.parameters():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import lightning.pytorch as L
 import numpy as np
@@ -31,7 +31,7 @@ from zoo.moment.svm import fit_svm, refit_svm
 from zoo.rundir import newest_match
 
 
-def _zoo_checkpoint(pretrained: str) -> Optional[Path]:
+def _zoo_checkpoint(pretrained: str) -> Path | None:
     """The .ckpt that ``pretrained`` names when it is a zoo run (file, run dir or glob), else None."""
     if any(c in pretrained for c in "*?["):
         pretrained = newest_match(pretrained, "pretrained", "run the pre-training stage first")
@@ -45,8 +45,8 @@ def _zoo_checkpoint(pretrained: str) -> Optional[Path]:
     return None
 
 
-def build_moment(task_name: str, pretrained: Optional[str], t5_config: Optional[dict], revision: Optional[str] = None,
-                 **fields: Any) -> tuple[MOMENT, Optional[str]]:
+def build_moment(task_name: str, pretrained: str | None, t5_config: dict | None, revision: str | None = None,
+                 **fields: Any) -> tuple[MOMENT, str | None]:
     """(MOMENT for ``task_name``, the Hub id of its pre-trained weights or None). ``fields`` are MomentConfig
     fields of the task (horizon, classes, dropouts, ...); None values keep the checkpoint's / default value."""
     fields = {k: v for k, v in fields.items() if v is not None}
@@ -78,8 +78,8 @@ class _MOMENTModule(HubMixin, L.LightningModule):
     """What every MOMENT module shares: the network in ``self.model``, its architecture in each checkpoint
     (``moment_config``, so a later stage can start from it), Hub configs that need no download."""
 
-    model: Optional[MOMENT]
-    base_model: Optional[str] = None
+    model: MOMENT | None
+    base_model: str | None = None
     tags: tuple[str, ...] = ()
 
     def _build(self, task_name: str, **fields: Any) -> None:
@@ -142,9 +142,9 @@ class MOMENTForecastingModule(_MOMENTModule):
 
     tags = ("forecasting",)
 
-    def __init__(self, pretrained: Optional[str] = "AutonLab/MOMENT-1-large", t5_config: Optional[dict] = None,
-                 revision: Optional[str] = None, forecast_horizon: int = 192, head_dropout: float = 0.1,
-                 add_positional_embedding: Optional[bool] = None, freeze_embedder: bool = True,
+    def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict | None = None,
+                 revision: str | None = None, forecast_horizon: int = 192, head_dropout: float = 0.1,
+                 add_positional_embedding: bool | None = None, freeze_embedder: bool = True,
                  freeze_encoder: bool = True, lr: float = 1e-4, weight_decay: float = 0.0,
                  scheduler: Literal["onecycle", "constant"] = "onecycle", pct_start: float = 0.3,
                  scheduler_interval: Literal["step", "epoch"] = "step", gradient_checkpointing: bool = False):
@@ -164,7 +164,7 @@ class MOMENTForecastingModule(_MOMENTModule):
             raise ZooError(f"model forecast_horizon {self.hparams.forecast_horizon} but the data forecast "
                            f"{h} steps: set both to the same H")
 
-    def forward(self, x: torch.Tensor, input_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, input_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.model.forecast(x, input_mask)
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
@@ -236,9 +236,9 @@ class MOMENTReconstructionModule(_MOMENTModule):
 
     tags = ("reconstruction",)
 
-    def __init__(self, pretrained: Optional[str] = None, t5_config: Optional[dict] = None,
-                 revision: Optional[str] = None, mask_ratio: float = 0.3, head_dropout: float = 0.1,
-                 add_positional_embedding: Optional[bool] = None, freeze_embedder: bool = False,
+    def __init__(self, pretrained: str | None = None, t5_config: dict | None = None,
+                 revision: str | None = None, mask_ratio: float = 0.3, head_dropout: float = 0.1,
+                 add_positional_embedding: bool | None = None, freeze_embedder: bool = False,
                  freeze_encoder: bool = False, freeze_head: bool = False, lr: float = 1e-4, min_lr: float = 1e-5,
                  warmup_lr: float = 1e-5, warmup_steps: int = 1000, weight_decay: float = 0.05,
                  scheduler: Literal["warmup_cosine", "onecycle"] = "warmup_cosine", pct_start: float = 0.3,
@@ -260,7 +260,7 @@ class MOMENTReconstructionModule(_MOMENTModule):
     def forward(self, x, input_mask=None, mask=None):
         return self.model.reconstruct(x, input_mask, mask)[0]
 
-    def _loss(self, batch: dict, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    def _loss(self, batch: dict, generator: torch.Generator | None = None) -> torch.Tensor:
         x, im = batch["x"], batch["input_mask"]
         mask = random_patch_mask(im, self.hparams.mask_ratio, self.model.config.patch_len, generator)
         recon, _ = self.model.reconstruct(x, im, mask)
@@ -366,10 +366,10 @@ class MOMENTClassificationModule(_MOMENTModule):
 
     tags = ("classification",)
 
-    def __init__(self, pretrained: Optional[str] = "AutonLab/MOMENT-1-large", t5_config: Optional[dict] = None,
-                 revision: Optional[str] = None, n_channels: int = 1, num_class: int = 2,
+    def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict | None = None,
+                 revision: str | None = None, n_channels: int = 1, num_class: int = 2,
                  reduction: Literal["concat", "mean"] = "concat", head_dropout: float = 0.1,
-                 add_positional_embedding: Optional[bool] = None, freeze_embedder: bool = True,
+                 add_positional_embedding: bool | None = None, freeze_embedder: bool = True,
                  freeze_encoder: bool = True, lr: float = 1e-4, weight_decay: float = 0.0):
         super().__init__()
         self.save_hyperparameters()
@@ -432,9 +432,9 @@ class MOMENTEmbeddingSVMModule(_MOMENTModule):
 
     tags = ("classification", "svm", "zero-shot")
 
-    def __init__(self, pretrained: Optional[str] = "AutonLab/MOMENT-1-large", t5_config: Optional[dict] = None,
-                 revision: Optional[str] = None, features: Literal["moment", "raw"] = "moment",
-                 add_positional_embedding: Optional[bool] = None, svm_max_samples: int = 10_000, n_jobs: int = 1):
+    def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict | None = None,
+                 revision: str | None = None, features: Literal["moment", "raw"] = "moment",
+                 add_positional_embedding: bool | None = None, svm_max_samples: int = 10_000, n_jobs: int = 1):
         super().__init__()
         self.save_hyperparameters()
         if features not in ("moment", "raw"):
@@ -472,7 +472,6 @@ class MOMENTEmbeddingSVMModule(_MOMENTModule):
         # fit on the last batch, not in on_train_epoch_end: the epoch-end checkpoint is written before that hook
         if batch_idx + 1 >= self.trainer.num_training_batches:
             self._fit_svm()
-        return None
 
     def _fit_svm(self) -> None:
         feats = torch.cat([r[0] for r in self._rows]).numpy()
