@@ -2,6 +2,7 @@
 and our RL-U and RL-B vs our TB, in one process.
 
     python benchmarks/gfnpg_iteration.py             # H = 256, d = 2, batch 128, MLP 4x256 (official defaults)
+    python benchmarks/gfnpg_iteration.py --stop-bias -6   # long trajectories, as late in training
     python benchmarks/gfnpg_iteration.py --quick     # H = 16, batch 16, MLP 2x32: a few seconds
 
 An iteration is what the official train.py does per step: sample the batch on-policy, evaluate the loss, one
@@ -104,6 +105,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--stop-bias", type=float, default=0.0,
+                   help="added to the initial stop logit: e.g. -6 makes trajectories long, like a trained sampler's")
     p.add_argument("--quick", action="store_true", help="H 16, batch 16, MLP 2x32, 5 rounds")
     args = p.parse_args()
     if args.quick:
@@ -113,10 +116,17 @@ def main() -> None:
     torch.manual_seed(0)
     env = Hypergrid(args.height, args.ndim, args.R0)
     pf_init = mlp(env.feature_dim, env.n_actions, args.hidden, args.layers)
-    methods = {"torchgfn TB-U (recompute log pi_F)": torchgfn_tb((args.height, args.ndim, args.R0), pf_init, args,
-                                                                 device, saved_logprobs=False),
-               "torchgfn TB-U (saved log-probs)": torchgfn_tb((args.height, args.ndim, args.R0), pf_init, args, device,
-                                                              saved_logprobs=True)}
+    with torch.no_grad():
+        pf_init[-1].bias[-1] += args.stop_bias
+    methods = {}
+    try:
+        import gfn  # noqa: F401
+    except ImportError:
+        print("torchgfn is not installed: the peer's rows are left out (pip install --no-deps torchgfn==2.4.1)")
+    else:
+        env_args = (args.height, args.ndim, args.R0)
+        methods["torchgfn TB-U (recompute log pi_F)"] = torchgfn_tb(env_args, pf_init, args, device, False)
+        methods["torchgfn TB-U (saved log-probs)"] = torchgfn_tb(env_args, pf_init, args, device, True)
     for v in ("TB-U", "RL-U", "RL-B"):
         methods[f"ours {v}"] = ours(v, env, pf_init, args, device)
 
@@ -142,11 +152,11 @@ def main() -> None:
             peak[name] = torch.cuda.max_memory_allocated() / 2**20
 
     med = {k: statistics.median(v) for k, v in times.items()}
-    base_peer = med["torchgfn TB-U (recompute log pi_F)"]
+    base_peer = med.get("torchgfn TB-U (recompute log pi_F)", float("nan"))
     base_ours = med["ours TB-U"]
     clock_name = "CPU ms" if device.type == "cpu" else "wall ms"
-    print(f"hypergrid {args.height}^{args.ndim}, batch {args.batch}, MLP {args.layers}x{args.hidden}, "
-          f"{args.reps} rounds, device {device}, torch {torch.__version__}\n")
+    print(f"hypergrid {args.height}^{args.ndim}, batch {args.batch}, MLP {args.layers}x{args.hidden}, stop-logit bias "
+          f"{args.stop_bias:g}, {args.reps} rounds, device {device}, torch {torch.__version__}\n")
     print(f"| method | {clock_name} / iteration (median) | IQR | vs torchgfn TB (recompute) | vs our TB | "
           f"mean trajectory length | autograd saved MB |" + (" CUDA peak MB |" if peak else ""))
     print("|---|---|---|---|---|---|---|" + ("---|" if peak else ""))

@@ -151,3 +151,39 @@ def test_exact_expected_cost_is_zero_at_the_optimum(grid3):
     log_pb_t = backward_log_probs(env, None, traj, dtype=torch.float64)
     c = rl_costs(log_pf, log_pb_t, traj, env.log_reward(traj.terminal_states), log_f0)
     assert float(c.sum(0).abs().max()) < 1e-12
+
+
+def test_backward_costs_on_backward_trajectories(grid3, make_net):
+    """Backward trajectories x -> s0: P_B(tau|x) sums to 1 over the paths into x, sum_tau P_F(moves of tau) is the
+    visit probability u(x) = P_T(x) / pi_F(stop|x) of the dynamic programme, and E_{P_B}[sum c^B] =
+    KL(P_B(.|x) || P_F(.|x)) - log u(x) with c^B_t = log pi_B - log pi_F (RL-B's backward cost)."""
+    from zoo.gfnpg.sampling import Trajectories
+
+    env = grid3
+    pf = make_net(env.feature_dim, env.n_actions, seed=8)
+    pb = make_net(env.feature_dim, env.n_actions - 1, seed=9)
+    fwd = all_trajectories(env)
+    graph = StateGraph(env)
+    log_pf_all = graph.policy_log_probs(pf)
+    p_t = graph.terminal_distribution(log_pf_all)
+    for x in ([2, 1], [1, 2], [2, 2]):
+        ix = int(env.state_index(torch.tensor([x]))[0])
+        into = torch.nonzero((fwd.terminal_states == torch.tensor(x)).all(1))[:, 0]
+        moves = fwd.lengths[into] - 1
+        L = int(moves.max())
+        states = torch.full((L + 1, len(into), 2), -1, dtype=torch.long)
+        actions = torch.full((L, len(into)), -1, dtype=torch.long)
+        for b, (i, m) in enumerate(zip(into.tolist(), moves.tolist())):
+            states[: m + 1, b] = fwd.states[: m + 1, i].flip(0)
+            actions[:m, b] = fwd.actions[:m, i].flip(0)
+        back = Trajectories(states, actions, moves, backward=True)
+        with torch.no_grad():
+            log_pb = backward_log_probs(env, pb, back, dtype=torch.float64)
+            log_pg = forward_log_probs(env, pf, back, dtype=torch.float64)
+        p_b = log_pb.sum(0).exp()
+        assert abs(float(p_b.sum()) - 1.0) < 1e-12
+        u = float(log_pg.sum(0).exp().sum())
+        assert abs(u - float(p_t[ix] / log_pf_all[ix, -1].exp())) < 1e-12
+        costs = (log_pb - log_pg) * back.valid
+        kl = float((p_b * (log_pb.sum(0) - (log_pg.sum(0) - math.log(u)))).sum())
+        assert abs(float((p_b * costs.sum(0)).sum()) - (kl - math.log(u))) < 1e-12

@@ -236,11 +236,11 @@ class GFNPGModule(HubMixin, L.LightningModule):
         guide = env.guide if hp.variant == "RL-G" else None
         btraj = sample_backward(env, self.pb, x)
         valid = btraj.valid
-        log_pg = forward_log_probs(env, self.pf, btraj, guide=guide).detach()
+        with torch.no_grad():  # pi_G is a stop-gradient target
+            log_pg = forward_log_probs(env, self.pf, btraj, guide=guide)
+            log_pg_stop = policy_log_probs(env, self.pf, x, guide=guide)[:, -1] if hp.backward_loss == "tb" else None
         log_pb = backward_log_probs(env, self.pb, btraj)
         if hp.backward_loss == "tb":
-            with torch.no_grad():
-                log_pg_stop = policy_log_probs(env, self.pf, x, guide=guide)[:, -1]
             loss = backward_tb_loss(log_pg, log_pb, valid, log_pg_stop, log_rewards, self.log_z,
                                     hp.log_reward_clip_min)
             self._step(opts["backward"], loss)
