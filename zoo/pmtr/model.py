@@ -1,0 +1,118 @@
+"""PMTR (official `model/pmtr.py` `forward_pass`) as an `nn.Module` for one (source, target) pair:
+KPConv-FPN with fine PMT -> coarse PMT on the nodes -> superpoint matching -> log-Sinkhorn fine matching -> LGR pose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from zoo.errors import ZooError
+from zoo.pmtr.geometry import apply_transform, build_pyramid
+from zoo.pmtr.kpconv import KPConvFPN
+from zoo.pmtr.loss import coarse_matching_loss, fine_matching_loss
+from zoo.pmtr.matching import (LearnableLogOptimalTransport, local_global_registration, node_correspondences,
+                               point_to_node_partition, superpoint_matching, superpoint_targets)
+from zoo.pmtr.pmt import CoarsePMTBlock, FinePMTBlock, orthogonality_loss
+
+
+@dataclass
+class PMTROutput:
+    rotation: torch.Tensor  # (3, 3) estimated source -> target
+    translation: torch.Tensor  # (3,)
+    losses: dict[str, torch.Tensor]
+    node_corr_scores: torch.Tensor
+    num_correspondences: int
+
+
+class PMTR(nn.Module):
+    def __init__(self, channels, output_dims, coarse_c, coarse_f, coarse_heads, fine_c, fine_f, fine_heads,
+                 fine_pmt: bool, voxel_size: float, kpconv_radius: float, kpconv_sigma: float, neighbor_limits,
+                 coarse_radius: float, points_per_node: int, num_node_correspondences: int, matching_radius: float,
+                 positive_overlap: float, fine_positive_radius: float, sinkhorn_iterations: int, lgr_k: int,
+                 acceptance_radius: float, confidence_threshold: float, refinement_steps: int, groups: int,
+                 orth_scale: float):
+        super().__init__()
+        self.voxel_size, self.kpconv_radius, self.neighbor_limits = voxel_size, kpconv_radius, list(neighbor_limits)
+        self.points_per_node, self.num_node_correspondences = points_per_node, num_node_correspondences
+        self.matching_radius, self.positive_overlap = matching_radius, positive_overlap
+        self.fine_positive_radius, self.orth_scale = fine_positive_radius, orth_scale
+        self.lgr = dict(k=lgr_k, acceptance_radius=acceptance_radius, confidence_threshold=confidence_threshold,
+                        num_refinement_steps=refinement_steps)
+        if len(channels) != 3 or len(output_dims) != 2:
+            raise ZooError(f"the KPConv-FPN has 3 levels: channels needs 3 lists and output_dims 2 (got "
+                           f"{len(channels)}, {len(output_dims)})")
+        self.backbone = KPConvFPN(channels, output_dims, fine_c, fine_f, fine_heads, init_radius=kpconv_radius,
+                                  init_sigma=kpconv_sigma, groups=groups, fine_pmt=fine_pmt)
+        self.coarse_matcher = CoarsePMTBlock(coarse_c, coarse_f, coarse_heads, coarse_radius)
+        if self.coarse_matcher.in_dim != channels[-1][-1]:
+            raise ZooError(f"coarse PMT input c0*f0 = {self.coarse_matcher.in_dim} must equal the node feature width "
+                           f"channels[-1][-1] = {channels[-1][-1]}")
+        for i, d in enumerate(output_dims):
+            pmt = self.backbone.pmt[i]
+            if isinstance(pmt, FinePMTBlock) and (pmt.in_dim != d or pmt.c[-1] * pmt.f[-1] != d):
+                raise ZooError(f"fine PMT {i}: c*f must equal the decoder width {d} at input and output "
+                               f"(c={pmt.c}, f={pmt.f})")
+        self.optimal_transport = LearnableLogOptimalTransport(sinkhorn_iterations)
+
+    def proxies(self) -> list[torch.Tensor]:
+        layers = list(self.coarse_matcher.layers)
+        for pmt in self.backbone.pmt:
+            if isinstance(pmt, FinePMTBlock):
+                layers += list(pmt.layers)
+        return [layer.proxy for layer in layers]
+
+    def forward(self, src: torch.Tensor, trg: torch.Tensor, gt_rotation: torch.Tensor | None = None,
+                gt_translation: torch.Tensor | None = None, use_gt_nodes: bool = False) -> PMTROutput:
+        """src (N, 3), trg (M, 3) posed parts; the ground-truth source->target pose, if given, yields the losses
+        (and, with `use_gt_nodes`, the training-time node pairs)."""
+        with torch.no_grad():
+            pyr = build_pyramid(src, trg, 3, self.voxel_size, self.kpconv_radius, self.neighbor_limits)
+        n_src, _ = pyr.lengths[0]
+        m_src, _ = pyr.lengths[-1]
+        src_pts, trg_pts = pyr.points[0][:n_src], pyr.points[0][n_src:]
+        src_nds, trg_nds = pyr.points[-1][:m_src], pyr.points[-1][m_src:]
+        with torch.no_grad():
+            src_nm, src_ki, src_km = point_to_node_partition(src_pts, src_nds, self.points_per_node)
+            trg_nm, trg_ki, trg_km = point_to_node_partition(trg_pts, trg_nds, self.points_per_node)
+        src_kp = torch.cat([src_pts, torch.zeros_like(src_pts[:1])])[src_ki]
+        trg_kp = torch.cat([trg_pts, torch.zeros_like(trg_pts[:1])])[trg_ki]
+
+        feats = self.backbone(pyr)
+        f_pts, f_nds = feats[0], feats[-1]
+        src_fp, trg_fp = f_pts[:n_src], f_pts[n_src:]
+        src_fn, trg_fn = self.coarse_matcher(src_nds, trg_nds, f_nds[:m_src], f_nds[m_src:])
+        src_fn, trg_fn = F.normalize(src_fn, dim=1), F.normalize(trg_fn, dim=1)
+
+        has_gt = gt_rotation is not None
+        if has_gt:
+            with torch.no_grad():
+                gt_idx, gt_ov = node_correspondences(src_nds, trg_nds, src_kp, trg_kp, gt_rotation, gt_translation,
+                                                     self.matching_radius, src_nm, trg_nm, src_km, trg_km)
+        with torch.no_grad():
+            si, ti, node_scores = superpoint_matching(src_fn, trg_fn, src_nm, trg_nm, self.num_node_correspondences)
+            if use_gt_nodes and has_gt and (gt_ov > self.positive_overlap).any():
+                si, ti, node_scores = superpoint_targets(gt_idx, gt_ov, self.num_node_correspondences,
+                                                         self.positive_overlap)
+
+        # fine matching inside the matched node patches
+        src_f = torch.cat([src_fp, torch.zeros_like(src_fp[:1])])[src_ki[si]]
+        trg_f = torch.cat([trg_fp, torch.zeros_like(trg_fp[:1])])[trg_ki[ti]]
+        scores = torch.einsum("bnd,bmd->bnm", src_f, trg_f) / src_fp.shape[1] ** 0.5
+        log_plan = self.optimal_transport(scores, src_km[si], trg_km[ti])
+        # LGR fits target -> source in the official code (its "ref" is the source); we fit source -> target
+        rot, tr, n_corr = local_global_registration(src_kp[si], trg_kp[ti], src_km[si], trg_km[ti],
+                                                    log_plan[:, :-1, :-1].detach().exp(), **self.lgr)
+        losses = {}
+        if has_gt:
+            c_loss = coarse_matching_loss(src_fn, trg_fn, gt_idx, gt_ov, self.positive_overlap)
+            f_loss = fine_matching_loss(log_plan, src_kp[si], trg_kp[ti], src_km[si], trg_km[ti], gt_rotation,
+                                        gt_translation, self.fine_positive_radius)
+            orth, zero = orthogonality_loss(self.proxies(), self.orth_scale)
+            losses = {"loss": c_loss + f_loss + orth + zero, "c_loss": c_loss, "f_loss": f_loss,
+                      "orth_loss": orth, "zero_loss": zero}
+        return PMTROutput(rot, tr, losses, node_scores, n_corr)
+
