@@ -23,7 +23,10 @@ TIE_RADIUS = 1e-6  # official geom_solver_C: an iterate this close to a data poi
 
 def r_median(x: torch.Tensor, dim: int) -> torch.Tensor:
     """Median as R computes it: the mean of the two middle values for an even count (torch.median takes the lower)."""
-    return torch.quantile(x, 0.5, dim=dim, interpolation="linear")
+    n = x.shape[dim]
+    s = x.sort(dim=dim).values
+    hi = s.narrow(dim, n // 2, 1)
+    return (hi if n % 2 else (s.narrow(dim, n // 2 - 1, 1) + hi) / 2).squeeze(dim)
 
 
 def mad(x: torch.Tensor, dim: int = -2) -> torch.Tensor:
@@ -36,11 +39,12 @@ def _top_eigvec_by_magnitude(cov: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     """(eigenvalue, unit eigenvector) of the eigenvalue largest in absolute value of symmetric ``cov`` (..., d, d).
 
     The official code runs a power iteration (5000 steps, relative tolerance 1e-8), which converges to this pair;
-    an exact symmetric eigendecomposition gives it without the iteration's residual error."""
+    an exact symmetric eigendecomposition gives it without the iteration's residual error. The eigenvalues come
+    sorted, so the largest magnitude is the first or the last one."""
     vals, vecs = torch.linalg.eigh(cov)
-    idx = vals.abs().argmax(dim=-1)
-    lam = vals.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-    u = vecs.gather(-1, idx[..., None, None].expand(*vecs.shape[:-1], 1)).squeeze(-1)
+    last = vals[..., -1].abs() >= vals[..., 0].abs()
+    lam = torch.where(last, vals[..., -1], vals[..., 0])
+    u = torch.where(last.unsqueeze(-1), vecs[..., :, -1], vecs[..., :, 0])
     return lam, u
 
 
@@ -61,22 +65,19 @@ def filtering_mean(X: torch.Tensor, eps: float, sigma0: torch.Tensor) -> tuple[t
     # R's `for (i in 1:(ep*m))`: floor(ep*m) rounds, and one round when 0 < ep*m < 1
     rounds = max(1, math.floor(eps * m))
     w = torch.full((*batch, m), 1.0 / m, dtype=X.dtype, device=X.device)
-    mu = torch.einsum("...m,...md->...d", w, X)
+    mu = (w.unsqueeze(-2) @ X).squeeze(-2)
     active = torch.ones(batch, dtype=torch.bool, device=X.device)
     for _ in range(rounds):
-        cov = torch.einsum("...m,...md,...me->...de", w, X, X) - mu[..., :, None] * mu[..., None, :] - sigma0
+        cov = (X * w.unsqueeze(-1)).mT @ X - mu.unsqueeze(-1) * mu.unsqueeze(-2) - sigma0
         lam, u = _top_eigvec_by_magnitude(cov)
-        tau = torch.einsum("...md,...d->...m", X - mu.unsqueeze(-2), u) ** 2
-        tau = torch.where(w < ZERO_WEIGHT, torch.zeros_like(tau), tau)
-        tau_max = tau.amax(dim=-1, keepdim=True)
-        ratio = torch.where(tau_max > 0, tau / tau_max, torch.zeros_like(tau))
-        new_w = torch.where((lam >= 0).unsqueeze(-1), w * (1 - ratio), w * (1 + ratio))
-        new_w = torch.where(new_w < ZERO_WEIGHT, torch.zeros_like(new_w), new_w)
+        tau = ((X - mu.unsqueeze(-2)) @ u.unsqueeze(-1)).squeeze(-1) ** 2 * (w >= ZERO_WEIGHT)
+        ratio = tau / tau.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(X.dtype).tiny)
+        new_w = w * (1 + torch.where(lam >= 0, -1.0, 1.0).unsqueeze(-1) * ratio)
+        new_w = new_w * (new_w >= ZERO_WEIGHT)
         new_w = new_w / new_w.sum(dim=-1, keepdim=True)
-        w = torch.where(active.unsqueeze(-1), new_w, w)
-        mu = torch.einsum("...m,...md->...d", w, X)
-        done = (w / (w.amax(dim=-1, keepdim=True) * m)).sum(dim=-1) <= 1 - eps
-        active = active & ~done
+        w = torch.where(active.unsqueeze(-1), new_w, w) if batch else new_w
+        mu = (w.unsqueeze(-2) @ X).squeeze(-2)
+        active = active & ((w / (w.amax(dim=-1, keepdim=True) * m)).sum(dim=-1) > 1 - eps)
         if not bool(active.any()):
             break
     return mu, w
@@ -91,28 +92,38 @@ def geometric_median(X: torch.Tensor, tol: float = 1e-10, max_iter: int = 10000)
     (2000) step it intends: ``y ← (1 − η/r)⁺ T(y) + min(1, η/r) x_tie``, with η the number of points at y, x_tie
     their mean, T(y) the Weiszfeld map over the other points and r = ‖Σ_{x_i ≠ y} (x_i − y)/‖x_i − y‖‖.
     """
+    batched = X.dim() > 2
     y = X.mean(dim=-2)
     active = torch.ones(X.shape[:-2], dtype=torch.bool, device=X.device)
     for _ in range(max_iter):
-        dist = (X - y.unsqueeze(-2)).norm(dim=-1)
-        tie = dist < TIE_RADIUS
-        inv = torch.where(tie, torch.zeros_like(dist), 1.0 / dist.clamp_min(TIE_RADIUS))
-        total = inv.sum(dim=-1, keepdim=True)
-        # all points on the iterate: it is the median
-        T = torch.where(total > 0, torch.einsum("...m,...md->...d", inv, X) / total.clamp_min(1e-300), y)
-        n_tie = tie.sum(dim=-1, keepdim=True).to(X.dtype)
-        r = torch.einsum("...m,...md->...d", inv, X - y.unsqueeze(-2)).norm(dim=-1, keepdim=True)
-        frac = torch.where(n_tie > 0, (n_tie / r.clamp_min(1e-300)).clamp(max=1.0), torch.zeros_like(r))
-        # the points the iterate sits on (official x_tie): with r <= η the median is exactly that point
-        on = tie.to(X.dtype)
-        at = torch.where(n_tie > 0, torch.einsum("...m,...md->...d", on, X) / n_tie.clamp_min(1), y)
-        new_y = (1 - frac) * T + frac * at
+        diff = X - y.unsqueeze(-2)
+        dist = diff.norm(dim=-1)
+        if bool((dist < TIE_RADIUS).any()):
+            new_y = _vardi_zhang_step(X, y, diff, dist)
+        else:  # the plain Weiszfeld step
+            inv = 1.0 / dist
+            new_y = (inv.unsqueeze(-2) @ X).squeeze(-2) / inv.sum(dim=-1, keepdim=True)
         moved = (new_y - y).norm(dim=-1)
-        y = torch.where(active.unsqueeze(-1), new_y, y)
+        y = torch.where(active.unsqueeze(-1), new_y, y) if batched else new_y
         active = active & (moved >= tol)
         if not bool(active.any()):
             break
     return y
+
+
+def _vardi_zhang_step(X: torch.Tensor, y: torch.Tensor, diff: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
+    """One Weiszfeld step that handles an iterate sitting on data points (see `geometric_median`)."""
+    tie = dist < TIE_RADIUS
+    inv = torch.where(tie, torch.zeros_like(dist), 1.0 / dist.clamp_min(TIE_RADIUS))
+    total = inv.sum(dim=-1, keepdim=True)
+    # all points on the iterate: it is the median
+    T = torch.where(total > 0, (inv.unsqueeze(-2) @ X).squeeze(-2) / total.clamp_min(1e-300), y)
+    n_tie = tie.sum(dim=-1, keepdim=True).to(X.dtype)
+    r = (inv.unsqueeze(-2) @ diff).squeeze(-2).norm(dim=-1, keepdim=True)
+    frac = torch.where(n_tie > 0, (n_tie / r.clamp_min(1e-300)).clamp(max=1.0), torch.zeros_like(r))
+    # the points the iterate sits on (official x_tie): with r <= η the median is exactly that point
+    at = torch.where(n_tie > 0, (tie.to(X.dtype).unsqueeze(-2) @ X).squeeze(-2) / n_tie.clamp_min(1), y)
+    return (1 - frac) * T + frac * at
 
 
 def trimmed_mean_1d(z: torch.Tensor, eps: float, max_iter: int = 2000) -> torch.Tensor:
