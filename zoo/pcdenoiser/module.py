@@ -273,6 +273,7 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
         if self._trainer is None or not self.trainer.is_global_zero:
             return
         path = Path(self.trainer.default_root_dir) / CURVES
+        path.parent.mkdir(parents=True, exist_ok=True)  # a Trainer without logger has not made it
         with path.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["iter", "psnr_mean", "relative_change_mean"])

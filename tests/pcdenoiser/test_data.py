@@ -1,0 +1,118 @@
+"""RestorationDataModule: the released formats (DIV2K/Set12 8-bit PNGs, Levin's kevin_*.png and kernels_12.mat), the
+embedded scikit-image source with seeded synthetic kernels, degradations, resumable patches, refusals."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from scipy.io import savemat
+
+from datamodules.restoration import RestorationDataModule, load_kernels
+from zoo.errors import ZooError
+from zoo.pcdenoiser import CircularBlur
+
+
+def _levin_like(i: int) -> np.ndarray:
+    """An 8-bit grey 19x19 kernel image like kevin_i.png: a short diagonal stroke."""
+    k = np.zeros((19, 19), dtype=np.uint8)
+    for t in range(3 + i):
+        k[9 - i // 2 + t // 2, 6 + t] = 255 - 20 * t
+    return k
+
+
+@pytest.fixture
+def local_data(tmp_path):
+    rng = np.random.default_rng(0)
+    (tmp_path / "DIV2K_train_HR").mkdir()
+    for n in ("0001.png", "0002.png"):  # DIV2K HR: 8-bit RGB PNG
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8), "RGB").save(tmp_path / "DIV2K_train_HR" / n)
+    (tmp_path / "Set12").mkdir()
+    for n in ("01.png", "02.png"):  # Set12: 8-bit grey PNG
+        Image.fromarray(rng.integers(0, 256, (32, 32), dtype=np.uint8), "L").save(tmp_path / "Set12" / n)
+    (tmp_path / "kernels").mkdir()
+    for i in range(1, 9):
+        Image.fromarray(_levin_like(i), "L").save(tmp_path / "kernels" / f"kevin_{i}.png")
+    cell = np.empty((1, 12), dtype=object)  # DPIR's kernels_12.mat: a 1x12 cell of 25x25 float32, key 'kernels'
+    for i in range(12):
+        k = rng.random((25, 25)).astype(np.float32)
+        cell[0, i] = k / k.sum()
+    savemat(tmp_path / "kernels_12.mat", {"kernels": cell})
+    return tmp_path
+
+
+def test_kernel_files_in_their_released_formats(local_data):
+    pngs = load_kernels(str(local_data / "kernels"))
+    assert len(pngs) == 8 and all(abs(k.sum() - 1) < 1e-12 for k in pngs)
+    np.testing.assert_allclose(pngs[0], _levin_like(1) / _levin_like(1).sum(), rtol=1e-12)  # /255 then /sum
+    mat = load_kernels(str(local_data / "kernels_12.mat"))
+    assert len(mat) == 8 and mat[0].shape == (25, 25)
+    with pytest.raises(ZooError, match="lacks kevin_8.png"):
+        (local_data / "kernels" / "kevin_8.png").unlink()
+        load_kernels(str(local_data / "kernels"))
+    with pytest.raises(ZooError, match="official repository"):
+        load_kernels(str(local_data / "nope.mat"))
+
+
+def test_local_training_patches_are_grey_luma_and_resume_exactly(local_data):
+    dm = RestorationDataModule(source="local", train_dir=str(local_data / "DIV2K_train_HR"),
+                               test_dir=str(local_data / "Set12"), patch_size=16, batch_size=2, samples_per_epoch=4)
+    dm.setup("fit")
+    noisy, clean, sigma = dm._train[1]
+    assert clean.shape == (1, 16, 16) and 0 <= float(sigma) <= 60 / 255
+    # grey = ITU-R 601 luma of the RGB PNG (as OpenCV's IMREAD_GRAYSCALE in the official code); the patch is one
+    # crop of it under one of the 8 flips/rotations
+    rgb = np.asarray(Image.open(local_data / "DIV2K_train_HR" / "0002.png"), dtype=np.float64)
+    luma = np.asarray(Image.open(local_data / "DIV2K_train_HR" / "0002.png").convert("L"), dtype=np.float64)
+    assert np.abs(luma - rgb @ [0.299, 0.587, 0.114]).max() <= 1.0
+    windows = np.lib.stride_tricks.sliding_window_view(luma / 255, (16, 16)).reshape(-1, 16, 16)
+    p = clean[0].numpy().astype(np.float64)
+    variants = [np.rot90(q, r) for q in (p, p[:, ::-1]) for r in range(4)]
+    assert any(np.abs(windows - v).reshape(len(windows), -1).max(1).min() < 1e-6 for v in variants)
+    # item = (seed, epoch, index): epoch 1 draws other patches, the same ones on every call (resume exactly)
+    again = dm._train[1]
+    torch.testing.assert_close(again[0], noisy)
+    assert not torch.equal(dm._train[1 + 4][1], clean)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch[0].shape == (2, 1, 16, 16)
+
+
+def test_local_deblur_test_set_is_blur_plus_noise(local_data):
+    dm = RestorationDataModule(source="local", test_dir=str(local_data / "Set12"), kernels_path=str(local_data / "kernels"),
+                               task="deblur", noise_sigma=0.05)
+    dm.setup("test")
+    items = [dm._test[i] for i in range(len(dm._test))]
+    assert len(items) == 16 and {it["kernel_index"] for it in items} == set(range(8))
+    it = items[3]
+    blurred = CircularBlur(it["kernel"].double(), (32, 32)).A(it["clean"][None].double())[0]
+    noise = (it["observed"].double() - blurred).std()
+    assert 0.04 < float(noise) < 0.06
+    assert dm.card_metadata()["datasets"] == ["DIV2K", "Set12"]
+
+
+def test_skimage_source_with_synthetic_kernels_for_every_task():
+    for task in ("deblur", "poisson", "sisr", "denoise"):
+        dm = RestorationDataModule(source="skimage", skimage_test=["camera", "chelsea"], image_size=32, task=task,
+                                   n_synthetic_kernels=2, synthetic_kernel_size=7, peak=10.0)
+        dm.setup("test")
+        it = dm._test[0]
+        assert it["clean"].shape == (1, 32, 32) and it["task"] == task
+        if task == "sisr":
+            assert it["observed"].shape == (1, 16, 16)
+        if task == "poisson":  # counts / peak
+            np.testing.assert_allclose((it["observed"] * 10).numpy(), np.round((it["observed"] * 10).numpy()), atol=1e-5)
+        if task in ("deblur", "sisr"):
+            assert len(dm._test) == 4 and dm.kernel_source.startswith("synthetic")
+            assert abs(float(it["kernel"].sum()) - 1) < 1e-5
+        assert "embedded" in dm.card_metadata()["data_source"]
+
+
+def test_datamodule_refusals(tmp_path):
+    with pytest.raises(ZooError, match=r"\[0, 1\] units"):
+        RestorationDataModule(source="skimage", noise_sigma=12.75)
+    with pytest.raises(ZooError, match="Poisson peak"):
+        RestorationDataModule(source="skimage", peak=0)
+    with pytest.raises(ZooError, match="does not exist"):
+        RestorationDataModule(source="local", test_dir=str(tmp_path / "Set12"), task="denoise").setup("test")
+    dm = RestorationDataModule(source="skimage", image_size=16, task="deblur", synthetic_kernel_size=21)
+    with pytest.raises(ZooError, match="larger than the image"):
+        dm.setup("test")
