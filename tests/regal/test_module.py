@@ -1,0 +1,119 @@
+"""ReGALModule under a real Trainer with scripted LLMs: fit runs one tuple per step and grows the codebank, the
+codebank survives a checkpoint and save_pretrained/from_pretrained, test prompts follow the paper's layout
+(top helpers with success rates, budget_split * N refactored + the rest primitive examples), bad settings."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import lightning as L
+import pytest
+
+from datamodules.regal import ReGALDataModule
+from zoo.errors import ZooError
+from zoo.regal.module import ReGALModule
+
+FMT = "def fmt(d):\n    # the date in MM/DD/YYYY\n    return d.strftime('%m/%d/%Y')"
+SPEC = {"backend": "hf", "model": "never-built"}  # every answer comes from the scripted LLMs below
+
+
+def refactorer(dm, scripted):
+    """Rewrites each tuple's programs to use one shared helper (the same behaviour, so it verifies)."""
+    by_query = {e["query"]: e for e in dm.train}
+
+    def answer(prompt: str) -> str:
+        shown = sorted((prompt.find(f"QUERY {i}: "), q) for q in by_query for i in range(1, 6)
+                       if f"QUERY {i}: {q}\n" in prompt)
+        out = []
+        for i, (_, q) in enumerate(shown, 1):
+            prog = by_query[q]["program"].replace('.strftime("%m/%d/%Y")', "").replace("answer = ", "answer = fmt(")
+            prog = re.sub(r"answer = fmt\((.*)\n", r"answer = fmt(\1)\n", prog)
+            out.append(f"NEW PROGRAM {i}:\n" + (FMT + "\n" if i == 1 else "") + prog)
+        return "\n".join(out)
+
+    return scripted(fn=answer)
+
+
+def synthesizer(dm, scripted):
+    gold = {e["query"]: e["answer"].split("#### ")[-1] for e in dm.test}
+
+    def answer(prompt: str) -> str:
+        query = prompt.rsplit("# Query: ", 1)[1].split("\n")[0]
+        if "# Success rate:" in prompt:  # the ReGAL condition: use the helper
+            m, d, y = gold[query].split("/")
+            return f" I will use fmt.\nanswer = fmt(date({int(y)}, {int(m)}, {int(d)}))\nprint(answer)\n[/PYTHON]"
+        return " no helpers.\nprint('01/01/1900')\n[/PYTHON]"  # baseline: wrong on purpose
+
+    return scripted(fn=answer)
+
+
+@pytest.fixture
+def fitted(tmp_path, scripted):
+    dm = ReGALDataModule("date", "embedded", n_train=6, n_test=3, test_batch_size=3, seed=2)
+    dm.setup("fit")
+    model = ReGALModule("date", refactorer=SPEC, sandbox_workers=2, cpu_seconds=2, wall_timeout=4,
+                        refactor_every=5, prune_min_uses=4)
+    model._llms["refactorer"] = refactorer(dm, scripted)
+    model._llms["synthesizer"] = synthesizer(dm, scripted)
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(model, datamodule=dm)
+    return model, dm, trainer, tmp_path
+
+
+def test_fit_grows_the_codebank_and_test_compares_both_conditions(fitted):
+    model, dm, trainer, run = fitted
+    assert trainer.global_step == len(dm.tuples) == 2 and [r["verified"] for r in model.reports] == [3, 3]
+    assert list(model.bank.helpers) == ["fmt"] and model.bank.helpers["fmt"].was_success == [True] * 6
+    assert trainer.callback_metrics["train/codebank_size"] == 1
+    assert "def fmt" in (run / "codebank" / "codebank.py").read_text()
+    assert len((run / "refactor_log.jsonl").read_text().splitlines()) == 2
+
+    (metrics,) = trainer.test(model, datamodule=dm, verbose=False)
+    assert metrics["test/acc_regal"] == 100.0 and metrics["test/acc_baseline"] == 0.0
+    assert metrics["test/gain"] == 100.0 and metrics["test/codebank_size"] == 1
+    prompts = model._llms["synthesizer"].prompts
+    regal = [p for p in prompts if "# Success rate:" in p]
+    base = [p for p in prompts if "# Success rate:" not in p]
+    assert len(regal) == len(base) == 3
+    icl = regal[0].split("# Examples:")[1].split("[/PYTHON]")[0]
+    # int(0.6 * 5) = 3 refactored examples (they call fmt, with a thought) and 2 primitive ones
+    assert icl.count("# Query:") == 5 and icl.count("I will use the helper functions: fmt") == 3
+    assert "# Success rate: 6/6" in regal[0]
+    assert base[0].split("# Examples:")[1].split("[/PYTHON]")[0].count("# Query:") == 5 and "fmt" not in base[0]
+    records = [json.loads(line) for line in (run / "test_records.jsonl").read_text().splitlines()]
+    assert len(records) == 6 and {r["condition"] for r in records} == {"baseline", "regal"}
+
+
+def test_codebank_survives_checkpoint_and_hub_round_trip(fitted, tmp_path):
+    model, dm, trainer, run = fitted
+    ckpt = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(ckpt)
+    again = ReGALModule.load_from_checkpoint(ckpt)
+    assert again.bank.to_json() == model.bank.to_json() and len(again.examples) == 6
+    model.save_pretrained(tmp_path / "hub")
+    pulled = ReGALModule.from_pretrained(tmp_path / "hub")
+    assert pulled.bank.to_json() == model.bank.to_json() and pulled.reports == model.reports
+
+
+def test_pruning_at_test_time_drops_rarely_used_helpers(fitted):
+    model, dm, trainer, _ = fitted
+    model.hparams.prune_min_uses = 7  # fmt has 6 uses
+    trainer.test(model, datamodule=dm, verbose=False)
+    assert trainer.callback_metrics["test/helpers_pruned"] == 1 and len(model._synth.bank) == 0
+    assert len(model.bank) == 1  # the trained codebank itself is untouched
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({}, "needs an LLM"),
+    ({"refactorer": SPEC, "conditions": ["regal", "oracle"]}, "conditions must be"),
+    ({"refactorer": SPEC, "budget_split": 1.5}, "budget_split"),
+    ({"refactorer": SPEC, "refactor_every": 0}, "refactor_every"),
+    ({"refactorer": SPEC, "domain": "date", "add_comments": True}, "add_comments is the LOGO step"),
+    ({"refactorer": SPEC, "domain": "math"}, "unknown ReGAL domain"),
+    ({"refactorer": SPEC, "domain": "textcraft"}, "TextCraft needs an environment"),
+])
+def test_bad_settings_are_clear_errors(kwargs, match):
+    with pytest.raises(ZooError, match=match):
+        ReGALModule(**kwargs)
