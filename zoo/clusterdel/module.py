@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.clusterdel.algorithms import ALGORITHMS, GraphReport, check_algorithms, run_algorithms
 from zoo.clusterdel.graph import Graph
@@ -79,6 +80,11 @@ class ClusterDeletionEval(HubMixin, L.LightningModule):
     def _eval_step(self, batch: list[Graph], stage: str) -> None:
         reports = [self.evaluate(g) for g in batch]
         self._reports.extend(reports)
+        for r in reports:
+            rank_zero_info(f"clusterdel: {r.name} done (n={r.n}, m={r.m}, {r.n_wedges} open wedges, "
+                           f"OPT {r.opt if r.opt is not None else 'not proven'})")
+        # the table so far goes to the run dir after every batch, so a run stopped midway keeps its finished graphs
+        self._save(stage)
         self._log_mean(f"{stage}/lp", [r.lp for r in reports])
         self._log_mean(f"{stage}/lp_seconds", [r.lp_seconds for r in reports])
         self._log_mean(f"{stage}/wedge_bound", [r.wedge_bound for r in reports])
