@@ -77,12 +77,13 @@ def read_fracture(folder: Path, n_parts: int):
         raise ZooError(f"fracture folder {folder} holds {len(files)} parts but its split line says {n_parts}")
     meshes = []
     for f in files:
-        m = trimesh.load_mesh(str(f))
+        # process=False first: trimesh's default processing silently drops non-finite vertices
+        m = trimesh.load_mesh(str(f), process=False)
         if not isinstance(m, trimesh.Trimesh) or len(m.faces) == 0:
             raise ZooError(f"part {f} is not a triangle mesh (no faces)")
         if not np.isfinite(np.asarray(m.vertices)).all():
             raise ZooError(f"part {f} has non-finite vertices")
-        meshes.append(m)
+        meshes.append(m.process())  # then the official load_mesh's default processing
     return meshes
 
 

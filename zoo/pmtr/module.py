@@ -20,8 +20,8 @@ def _pose_tree(n: int, anchor: int, edges: dict[tuple[int, int], tuple[torch.Ten
     """Absolute poses anchor -> part from pairwise estimates: a maximum spanning tree (Prim, from the anchor) over
     the pair confidences, poses composed along it. The official multi-part test runs gtsam Shonan averaging over
     all pairs instead (not a dependency here; see the card)."""
-    eye = torch.eye(3)
-    poses = {anchor: (eye, torch.zeros(3))}
+    dtype = next(iter(edges.values()))[0].dtype
+    poses = {anchor: (torch.eye(3, dtype=dtype), torch.zeros(3, dtype=dtype))}
     while len(poses) < n:
         best = None
         for (i, j), (r, t, w) in edges.items():
