@@ -11,7 +11,8 @@ import torch
 from datamodules.conditional import SCHEMAS, ConditionalDataModule
 from zoo.errors import ZooError
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"  # as tests/conftest.py
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"  # as tests/conftest.py
 CPS_HEADER = "t,age,education,black,hispanic,married,nodegree,re74,re75,re78"
 
 
@@ -166,13 +167,15 @@ def test_negative_earnings_and_missing_files(tmp_path):
 
 
 def cps_dir_or_skip(shared_root: Path | None) -> Path:
-    candidates = [os.environ.get("GENTLE_CPS_DIR")]
+    # GENTLE_CPS_DIR, then where configs/gentle_cps.yaml reads them (data/gentle/cps, git-ignored), then shared data
+    candidates = [os.environ.get("GENTLE_CPS_DIR"), str(REPO_ROOT / "data" / "gentle" / "cps")]
     if shared_root is not None:
         candidates.append(str(shared_root / "gentle" / "cps"))
     for c in candidates:
         if c and (Path(c) / "train.csv").is_file():
             return Path(c)
-    pytest.skip("the official LDW-CPS CSVs are not available (set GENTLE_CPS_DIR or ../shared/data/gentle/cps)")
+    pytest.skip("the official LDW-CPS CSVs are not available (datasets/cps/*.csv of the official repository: put them in "
+                "data/gentle/cps, ../shared/data/gentle/cps or GENTLE_CPS_DIR)")
 
 
 def test_real_cps_files_reproduce_the_checked_counts():

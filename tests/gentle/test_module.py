@@ -103,6 +103,26 @@ def test_cwgan_alternates_critic_and_generator_steps():
     assert y.shape == (4, 10) and torch.isfinite(y).all()
 
 
+def test_cwgan_gradient_penalty_equals_its_closed_form():
+    """ds-wgan's one-sided penalty mean(relu(|d critic/dy| - 1)) at the interpolates m = a y + (1 - a) y_hat: for the
+    critic c(y, x) = w y^2 x the derivative is 2 w m x (float64), and the penalty is differentiable in w."""
+    from zoo.gentle.baselines import gradient_penalty
+
+    torch.manual_seed(0)
+    y, y_hat, x = torch.randn(64, dtype=torch.float64), torch.randn(64, dtype=torch.float64), torch.randn(64, 1).double()
+    w = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(1)
+    gp = gradient_penalty(lambda a, b: w * a**2 * b[:, 0], y, y_hat, x)
+    torch.manual_seed(1)
+    alpha = torch.rand_like(y)
+    m = alpha * y + (1 - alpha) * y_hat
+    expected = torch.relu((2 * w * m * x[:, 0]).abs() - 1).mean()
+    assert 0 < float(expected) and float(gp) == pytest.approx(float(expected), abs=1e-14)
+    (g_gp,) = torch.autograd.grad(gp, w)
+    (g_ex,) = torch.autograd.grad(expected, w)
+    assert float(g_gp) == pytest.approx(float(g_ex), abs=1e-14)
+
+
 def test_cwgan_clips_at_the_lower_bound():
     model = CWGANModule(x_dim=9)
     model.set_standardisation({"x_mean": torch.zeros(9), "x_std": torch.ones(9), "y_mean": torch.tensor([5.0]),
