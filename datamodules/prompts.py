@@ -1,0 +1,160 @@
+"""Prompts for DPO-Diff: DiffusionDB metadata, COCO captions, a text file, or the project's embedded list.
+
+Sources (``source``):
+- ``diffusiondb``: DiffusionDB's ``metadata.parquet`` (columns image_name, prompt, part_id, seed, step, cfg,
+  sampler, width, height, user_name, timestamp, image_nsfw, prompt_nsfw), from ``path`` or downloaded from the
+  Hub dataset ``poloclub/diffusiondb`` through huggingface_hub's cache; column ``prompt``, duplicates dropped.
+- ``coco``: a COCO captions file (``captions_train2017.json`` / ``captions_val2014.json``: ``annotations`` with
+  ``image_id``, ``id``, ``caption``) at ``path``.
+- ``text``: one prompt per line at ``path``.
+- ``embedded``: :data:`zoo.dpodiff.embedded.EMBEDDED_PROMPTS`, written by the project.
+
+The paper keeps prompts whose original spherical CLIP loss is above 0.85 for improvement and below it for
+attacks. That score needs the SD stack, so it is a preprocessing run: ``zoo test`` with the module writes
+``scores.json`` (prompt -> loss) into its run dir; pass it as ``scores_path`` with ``filter: above|below``.
+Batches are lists of ``{"id", "prompt"}`` dicts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import lightning as L
+import numpy as np
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader
+
+from zoo.dpodiff.embedded import EMBEDDED_PROMPTS
+from zoo.errors import ZooError
+
+DIFFUSIONDB = "poloclub/diffusiondb"
+
+
+def read_diffusiondb(path: str | Path) -> list[str]:
+    import pandas as pd
+
+    try:
+        df = pd.read_parquet(path, columns=["prompt"])
+    except (KeyError, ValueError) as e:
+        raise ZooError(f"{path} is not DiffusionDB metadata (a parquet file with a 'prompt' column): {e}") from e
+    return [p for p in df["prompt"].astype(str) if p.strip()]
+
+
+def read_coco_captions(path: str | Path) -> list[str]:
+    try:
+        data = json.loads(Path(path).read_text())
+        return [str(a["caption"]).strip() for a in data["annotations"]]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ZooError(f"{path} is not a COCO captions file (JSON with annotations[].caption): {e}") from e
+
+
+def read_text(path: str | Path) -> list[str]:
+    return [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def collate_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return list(batch)
+
+
+class PromptsDataModule(L.LightningDataModule):
+    """Prompts to optimise, evaluation only (test / predict / validation loaders).
+
+    Args:
+        source: ``diffusiondb``, ``coco``, ``text`` or ``embedded`` (see the module docstring).
+        path: the local file (DiffusionDB: optional, else the Hub's metadata.parquet).
+        max_prompts: keep this many (a seeded random subset), None for all.
+        seed: the subset's seed.
+        scores_path: a run's ``scores.json`` (prompt -> original spherical CLIP loss) for the paper's filter.
+        filter: ``above`` (improvement: loss > threshold), ``below`` (attack: loss < threshold) or ``none``.
+        threshold: the filter's loss threshold (paper: 0.85).
+        batch_size: prompts per step.
+    """
+
+    def __init__(self, source: Literal["diffusiondb", "coco", "text", "embedded"] = "embedded",
+                 path: Optional[str] = None, max_prompts: Optional[int] = None, seed: int = 0,
+                 scores_path: Optional[str] = None, filter: Literal["none", "above", "below"] = "none",
+                 threshold: float = 0.85, batch_size: int = 1):
+        super().__init__()
+        self.save_hyperparameters()
+        if source not in ("diffusiondb", "coco", "text", "embedded"):
+            raise ZooError(f"source must be 'diffusiondb', 'coco', 'text' or 'embedded', got {source!r}")
+        if filter not in ("none", "above", "below"):
+            raise ZooError(f"filter must be 'none', 'above' or 'below', got {filter!r}")
+        if filter != "none" and not scores_path:
+            raise ZooError("filter above/below needs scores_path (the scores.json a dpodiff run wrote)")
+        if source in ("coco", "text") and not path:
+            raise ZooError(f"source {source!r} needs path (COCO: captions_*.json from cocodataset.org; text: one "
+                           f"prompt per line)")
+        if batch_size < 1 or (max_prompts is not None and max_prompts < 1):
+            raise ZooError(f"need batch_size >= 1 and max_prompts >= 1, got {batch_size}, {max_prompts}")
+        self.rows: list[dict[str, Any]] = []
+
+    def _read(self) -> list[str]:
+        hp = self.hparams
+        if hp.source == "embedded":
+            return list(EMBEDDED_PROMPTS)
+        if hp.path is not None and not Path(hp.path).is_file():
+            how = {"diffusiondb": f"metadata.parquet of the Hub dataset {DIFFUSIONDB}",
+                   "coco": "captions_train2017.json or captions_val2014.json from cocodataset.org annotations",
+                   "text": "a text file with one prompt per line"}[hp.source]
+            raise ZooError(f"{hp.path} does not exist: {hp.source} needs {how}")
+        if hp.source == "diffusiondb":
+            path = hp.path
+            if path is None:
+                from huggingface_hub import hf_hub_download
+
+                try:
+                    path = hf_hub_download(DIFFUSIONDB, "metadata.parquet", repo_type="dataset")
+                except Exception as e:  # offline / no cache: say how to get it
+                    raise ZooError(f"cannot get metadata.parquet of {DIFFUSIONDB} ({type(e).__name__}); download "
+                                   f"it and pass path") from e
+            return read_diffusiondb(path)
+        return read_coco_captions(hp.path) if hp.source == "coco" else read_text(hp.path)
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        hp = self.hparams
+        prompts = list(dict.fromkeys(self._read()))
+        n_read = len(prompts)
+        if hp.filter != "none":
+            p = Path(hp.scores_path)
+            if not p.is_file():
+                raise ZooError(f"scores_path {p} does not exist (a dpodiff run writes scores.json)")
+            scores = json.loads(p.read_text())
+            keep = (lambda s: s > hp.threshold) if hp.filter == "above" else (lambda s: s < hp.threshold)
+            prompts = [q for q in prompts if q in scores and keep(float(scores[q]))]
+        if hp.max_prompts is not None and len(prompts) > hp.max_prompts:
+            idx = np.sort(np.random.default_rng(hp.seed).choice(len(prompts), hp.max_prompts, replace=False))
+            prompts = [prompts[i] for i in idx]
+        if not prompts:
+            raise ZooError(f"no prompts left from source {hp.source!r} (read {n_read}, filter {hp.filter} "
+                           f"{hp.threshold})")
+        self.rows = [{"id": i, "prompt": q} for i, q in enumerate(prompts)]
+        rank_zero_info(f"dpodiff prompts: source={hp.source} ({self.format_name()}), {n_read} read, "
+                       f"{len(self.rows)} kept (filter {hp.filter}{'' if hp.filter == 'none' else f' {hp.threshold}'})")
+
+    def format_name(self) -> str:
+        return {"diffusiondb": "DiffusionDB metadata.parquet", "coco": "COCO captions JSON",
+                "text": "text, one prompt per line", "embedded": "the project's prompt list"}[self.hparams.source]
+
+    def _loader(self) -> DataLoader:
+        if not self.rows:
+            self.setup()
+        return DataLoader(self.rows, batch_size=self.hparams.batch_size, shuffle=False, collate_fn=collate_rows)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    predict_dataloader = val_dataloader = test_dataloader
+
+    def card_metadata(self) -> dict[str, Any]:
+        hp = self.hparams
+        meta: dict[str, Any] = {"data_source": {
+            "diffusiondb": f"DiffusionDB prompts ({DIFFUSIONDB} metadata.parquet)",
+            "coco": f"COCO captions ({Path(hp.path).name if hp.path else ''})",
+            "text": f"prompts from {Path(hp.path).name if hp.path else ''}",
+            "embedded": "embedded: the project's own prompt list (zoo.dpodiff.embedded)"}[hp.source]}
+        if hp.source == "diffusiondb":
+            meta["datasets"] = [DIFFUSIONDB]
+        return meta
