@@ -14,13 +14,16 @@ Sources (explicit and logged, never a silent fallback):
 * the DAG list: every DAG on ``n_nodes`` nodes, enumerated (``zoo.gfnpg.bn.enumerate_dags``, the official order),
   or ``dag_list_path``, the official ``DAG-5-list.npy`` (``np.save`` of an (29281, 25) int array of row-major flat
   adjacency matrices; repository github.com/niupuhua1234/GFN-PG, file ``gfn-pg/DAG-5-list.npy``).
+* ``bioseq`` (the sequence tasks TFbind8/10, qm9str, sEH; ``zoo.gfnpg.bioseq``), ``source: local``:
+  ``oracle_path``, the official pickled ``{'x', 'y'}`` oracle table; ``source: embedded``: a seeded U(0, 1) stand-in
+  oracle over the task's alphabet at length ``seq_length`` (for smoke runs and tests only).
 """
 
 from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 import lightning.pytorch as L
 import networkx as nx
@@ -30,7 +33,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from zoo.data import train_loader
 from zoo.errors import ZooError
+from zoo.gfnpg.bioseq import SEQUENCE_TASKS, sequence_env
 from zoo.gfnpg.bn import MAX_ENUMERATED_NODES, bge_local_scores, check_dag_list, enumerate_dags
 from zoo.gfnpg.envs import DAGEnv, GFNEnv, Guide, Hypergrid
 
@@ -114,7 +119,7 @@ def read_dag_list(path: str, n_nodes: int) -> torch.Tensor:
 
 class GFNEnvDataModule(L.LightningDataModule):
     """Args:
-    env: ``hypergrid`` or ``bn`` (5-node Bayesian-network structure learning with the BGe score).
+    env: ``hypergrid``, ``bn`` (5-node Bayesian-network structure learning with the BGe score) or ``bioseq``.
     n_iterations: training iterations (batches of the one training epoch; official 2000).
     height, ndim, R0, R1, R2: the hypergrid (official train.py: 256, 2, 0.01, 0.5, 2.0).
     source: ``embedded`` (computed / seeded generator) or ``local`` (``data_path``; BN only).
@@ -125,11 +130,14 @@ class GFNEnvDataModule(L.LightningDataModule):
     guide: give the environment RL-G's guided pi_G (hypergrid: stop logit <= log 1e-5 where R <= R0; DAGs: stop
         logit <= log 1e-10 where log R <= 75, as in the official code).
     guide_log_reward_max, guide_eps: override the guide's threshold / cap (``None`` = the official values above).
+    seq_task: the sequence task (``TFbind8``, ``TFbind10``, ``qm9str``, ``sehstr``; alphabet, length and reward
+        exponent from the official ``Config.py``); ``oracle_path``: its oracle file (source local);
+        ``seq_length``: the length of the embedded stand-in (source embedded).
     """
 
     def __init__(
         self,
-        env: Literal["hypergrid", "bn"] = "hypergrid",
+        env: Literal["hypergrid", "bn", "bioseq"] = "hypergrid",
         n_iterations: int = 2000,
         height: int = 8,
         ndim: int = 2,
@@ -137,23 +145,31 @@ class GFNEnvDataModule(L.LightningDataModule):
         R1: float = 0.5,
         R2: float = 2.0,
         source: Literal["embedded", "local"] = "embedded",
-        data_path: Optional[str] = None,
-        dag_list_path: Optional[str] = None,
+        data_path: str | None = None,
+        dag_list_path: str | None = None,
         n_nodes: int = 5,
         n_edges: int = 5,
         n_samples: int = 100,
         obs_noise: float = 0.1,
         seed: int = 0,
         alpha_mu: float = 1.0,
-        alpha_w: Optional[float] = None,
+        alpha_w: float | None = None,
         guide: bool = True,
-        guide_log_reward_max: Optional[float] = None,
-        guide_eps: Optional[float] = None,
+        guide_log_reward_max: float | None = None,
+        guide_eps: float | None = None,
+        seq_task: Literal["TFbind8", "TFbind10", "qm9str", "sehstr"] = "TFbind8",
+        oracle_path: str | None = None,
+        seq_length: int = 4,
     ):
         super().__init__()
         self.save_hyperparameters()
-        if env not in ("hypergrid", "bn"):
-            raise ZooError(f"unknown GFlowNet environment {env!r}: choose 'hypergrid' or 'bn'")
+        if env not in ("hypergrid", "bn", "bioseq"):
+            raise ZooError(f"unknown GFlowNet environment {env!r}: choose 'hypergrid', 'bn' or 'bioseq'")
+        if env == "bioseq" and seq_task not in SEQUENCE_TASKS:
+            raise ZooError(f"unknown sequence task {seq_task!r}: choose one of {', '.join(SEQUENCE_TASKS)}")
+        if env == "bioseq" and source == "local" and not oracle_path:
+            raise ZooError(f"source: local needs oracle_path (the {seq_task} oracle file of github.com/niupuhua1234/"
+                           "GFN-PG, gfn-pg/data_bio/)")
         if source not in ("embedded", "local"):
             raise ZooError(f"unknown source {source!r}: choose 'embedded' or 'local'")
         if env == "hypergrid" and source != "embedded":
@@ -165,11 +181,11 @@ class GFNEnvDataModule(L.LightningDataModule):
         if env == "bn" and n_nodes > MAX_ENUMERATED_NODES:
             raise ZooError(f"the DAG task enumerates every DAG for exact metrics: n_nodes <= {MAX_ENUMERATED_NODES}, "
                            f"got {n_nodes}")
-        self.env: Optional[GFNEnv] = None
-        self.true_graph: Optional[np.ndarray] = None
-        self.data: Optional[pd.DataFrame] = None
+        self.env: GFNEnv | None = None
+        self.true_graph: np.ndarray | None = None
+        self.data: pd.DataFrame | None = None
 
-    def _guide(self, default_max: float, default_eps: float) -> Optional[Guide]:
+    def _guide(self, default_max: float, default_eps: float) -> Guide | None:
         hp = self.hparams
         if not hp.guide:
             return None
@@ -184,6 +200,11 @@ class GFNEnvDataModule(L.LightningDataModule):
             env = Hypergrid(hp.height, hp.ndim, hp.R0, hp.R1, hp.R2)
             env.guide = self._guide(env.guide.log_reward_max, GRID_GUIDE_EPS)
             rank_zero_info(f"[gfn_envs] source=embedded: {env.describe()}, {env.n_states:,} states")
+            return env
+        if hp.env == "bioseq":
+            env, self.origin = sequence_env(hp.seq_task, hp.oracle_path,
+                                            hp.seq_length if hp.source == "embedded" else None, hp.seed)
+            rank_zero_info(f"[gfn_envs] source={hp.source}: {self.origin}; {env.describe()}, {env.n_states:,} states")
             return env
         if hp.source == "local":
             self.data = read_observations(hp.data_path, hp.n_nodes)
@@ -203,13 +224,14 @@ class GFNEnvDataModule(L.LightningDataModule):
         rank_zero_info(f"[gfn_envs] source={hp.source}: {self.origin}; BGe reward, {env.describe()}")
         return env
 
-    def setup(self, stage: Optional[str] = None) -> None:
+    def setup(self, stage: str | None = None) -> None:
         if self.env is None:
             self.env = self.build_env()
 
     # -------------------------------------------------------------------------------------------- loaders
     def train_dataloader(self):
-        return DataLoader(torch.arange(self.hparams.n_iterations), batch_size=1)  # one batch per iteration
+        # one batch per iteration; stateful, so a run resumed mid-epoch continues at its iteration
+        return train_loader(torch.arange(self.hparams.n_iterations), batch_size=1, shuffle=False)
 
     def _one(self):
         return DataLoader(torch.zeros(1), batch_size=1)
@@ -227,6 +249,9 @@ class GFNEnvDataModule(L.LightningDataModule):
         hp = self.hparams
         if hp.env == "hypergrid":
             line = f"embedded: hypergrid H={hp.height}, d={hp.ndim}, R0={hp.R0}, R1={hp.R1}, R2={hp.R2}"
+        elif hp.env == "bioseq":
+            self.setup()
+            line = f"{hp.seq_task}: {self.origin}"
         else:
             self.setup()
             line = f"{self.origin}; BGe score"

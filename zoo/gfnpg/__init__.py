@@ -5,6 +5,7 @@ trajectories), `objectives` (costs, GAE, actor/critic losses, TB/DB/SubTB), `trp
 (P_T by dynamic programming, TV/JSD/Z metrics), `module` (Lightning).
 """
 
+from zoo.gfnpg.bioseq import SequenceEnv, read_oracle, sequence_env
 from zoo.gfnpg.bn import bge_local_scores, enumerate_dags
 from zoo.gfnpg.envs import DAGEnv, GFNEnv, Guide, Hypergrid
 from zoo.gfnpg.exact import StateGraph, exact_metrics
@@ -18,11 +19,14 @@ __all__ = [
     "GFNPGModule",
     "Guide",
     "Hypergrid",
+    "SequenceEnv",
     "StateGraph",
     "Trajectories",
     "bge_local_scores",
     "enumerate_dags",
     "exact_metrics",
+    "read_oracle",
     "sample_backward",
     "sample_forward",
+    "sequence_env",
 ]
