@@ -352,7 +352,8 @@ class BiasTableDataModule(L.LightningDataModule):
         if n_seen < h.min_train_combinations:
             raise ZooError(f"{n_seen} training combinations after holding out {h.unseen_share:.0%}, but the top-k mask "
                            f"needs at least {h.min_train_combinations}")
-        self.table = BiasTable(list(names), torch.as_tensor(a), torch.as_tensor(bias), torch.as_tensor(count), seen)
+        self.table = BiasTable(list(names), torch.tensor(np.asarray(a)), torch.tensor(np.asarray(bias)),
+                               torch.tensor(np.asarray(count)), seen)
         self.names = list(names)
         self.bank_codes = codes(self.table.a[seen])
 

@@ -2,13 +2,13 @@
 
 Read top-down: `bias` (L_f(a), held-out split) -> `networks` (predictor, encoder, decoder) -> `objective`
 (VAE loss, REINFORCE fine-tuning) -> `metrics` (precision/recall/DCG/RR of generated sets) -> `module`
-(the four Lightning phases: classifier f, predictor, VAE, BGGN)."""
+(the four Lightning phases: classifier f, predictor, VAE, BGGN; the search-tree baseline)."""
 
 from zoo.bggn.bias import BiasTable, group_bias, one_hot, split_seen_unseen
 from zoo.bggn.networks import BiasPredictor, Decoder, Encoder
 from zoo.bggn.objective import BGGNConfig, neg_log_q, reinforce_loss
-from zoo.bggn.module import BGGNModule, BiasClassifierModule, BiasPredictorModule, VAEModule
+from zoo.bggn.module import BGGNModule, BiasClassifierModule, BiasPredictorModule, SearchTreeModule, VAEModule
 
 __all__ = ["BiasTable", "group_bias", "one_hot", "split_seen_unseen", "BiasPredictor", "Decoder", "Encoder",
            "BGGNConfig", "neg_log_q", "reinforce_loss", "BGGNModule", "BiasClassifierModule", "BiasPredictorModule",
-           "VAEModule"]
+           "VAEModule", "SearchTreeModule"]

@@ -24,6 +24,7 @@ from torch import nn
 from zoo.bggn.bias import codes, decode, group_bias, one_hot, write_bias_table
 from zoo.bggn.metrics import evaluate_generation
 from zoo.bggn.networks import BiasPredictor, Decoder, Encoder
+from zoo.bggn.search_tree import relaxed_search_tree
 from zoo.bggn.objective import (BGGNConfig, encoder_refit_loss, reparameterize, sampled_term,
                                 training_combination_term, vae_loss)
 from zoo.errors import ZooError
@@ -463,3 +464,58 @@ class BGGNModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
 
     def card_metadata(self) -> dict:
         return {"tags": ["bggn", "fairness", "reinforce", "generator", f"form-{self.hparams.form}"]}
+
+
+# -- the search-tree baseline ----------------------------------------------------------------------------------------
+
+class SearchTreeModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
+    __doc__ = """The paper's (relaxed) search-tree baseline (`zoo.bggn.search_tree`), evaluated like the generators:
+    the tree is fit on the datamodule's seen combinations when testing (it holds no weights; ``fit`` does nothing
+    but lets the baseline run in the same fit -> test chain); its proposals are every sample; L̂ ranks them.
+
+    Args:
+        d: number of sensitive attributes.
+        max_depth, min_samples_leaf: the regression tree (scikit-learn).
+        leaf_threshold: leaves whose predicted bias exceeds it are expanded (None: ``bias_threshold``).
+        max_per_leaf: at most this many combinations per leaf (drawn without repetition when a leaf allows more).
+        predictor_from, predictor_hidden_dim, predictor_feature_dim, n_bins: phase 1's L̂ (ranks the proposals).""" + \
+        _EVAL_DOC
+
+    def __init__(self, d: int = 10, max_depth: Optional[int] = None, min_samples_leaf: int = 1,
+                 leaf_threshold: Optional[float] = None, max_per_leaf: int = 256, predictor_from: Optional[str] = None,
+                 predictor_hidden_dim: int = 512, predictor_feature_dim: int = 256, n_bins: int = 10,
+                 n_eval_batches: int = 100, eval_batch_size: int = 64, eval_seed: int = 0,
+                 bias_threshold: float = 0.3, precision_k: int = 100, recall_k: int = 200, dcg_k: int = 20,
+                 rr_k: int = 5, true_top_k: int = 20, n_export: int = 50):
+        super().__init__()
+        self.save_hyperparameters()
+        self.predictor = BiasPredictor(d, predictor_hidden_dim, predictor_feature_dim, n_bins)
+        self.automatic_optimization = False
+
+    def setup(self, stage: str) -> None:
+        if self.hparams.predictor_from:
+            self._load_predictor(self.hparams.predictor_from)
+
+    def training_step(self, batch, batch_idx):
+        return None  # nothing to train: the tree is fit on the seen combinations at test time
+
+    def configure_optimizers(self):
+        return None
+
+    def generate(self, n_batches: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        t = self._table
+        h = self.hparams
+        thr = h.bias_threshold if h.leaf_threshold is None else h.leaf_threshold
+        a = relaxed_search_tree(t.a[t.seen].numpy(), t.bias[t.seen].numpy(), thr, h.max_depth, h.min_samples_leaf,
+                                h.max_per_leaf, h.eval_seed)
+        return torch.as_tensor(a, dtype=torch.long).to(self.device)
+
+    def test_step(self, batch, batch_idx):
+        dm = _datamodule(self)
+        if dm is None or getattr(dm, "table", None) is None:
+            raise ZooError("SearchTreeModule needs a BiasTableDataModule (it fits the tree on the seen combinations)")
+        self._table = dm.table
+        return super().test_step(batch, batch_idx)
+
+    def card_metadata(self) -> dict:
+        return {"tags": ["bggn", "fairness", "search-tree", "baseline"]}
