@@ -9,7 +9,8 @@ Methods (one SGD step each: forward, backward, clipping, noise, update):
                   tied weights, so it runs on the *untied* twin (same shapes and FLOPs, one more M×d matrix).
 
 Times: all methods of one (vocab, seq) in one process, steps interleaved (the 2-core machine is shared,
-so load spikes hit every method alike); median of --steps steps after a warm-up step.
+so load spikes hit every method alike); median of --steps steps after a warm-up step, with the spread: the
+interquartile range of the step times and the min–max of the per-round ratios (one round = every method once).
 Memory: each method alone in a subprocess, peak RSS (ru_maxrss) of one step minus the RSS after setup.
 
     python benchmarks/dpformer_clipping.py            # vocab 1k/10k/50k × seq 50/200
@@ -155,8 +156,8 @@ def measure_memory(method: str, vocab: int, seq: int, batch: int, d: int, device
 
 def measure_times(methods: list[str], vocab: int, seq: int, batch: int, d: int, steps: int,
                   device: str = "cpu") -> dict:
-    """Median step time per method, all in this process, interleaved so that load spikes of the
-    shared machine hit every method alike."""
+    """Step times per method (a list per method, one entry per round), all in this process, interleaved so
+    that load spikes of the shared machine hit every method alike."""
     fns, errors = {}, {}
     for m in methods:
         try:
@@ -173,7 +174,19 @@ def measure_times(methods: list[str], vocab: int, seq: int, batch: int, d: int, 
             f()
             _sync(device)
             times[m].append(time.perf_counter() - t0)
-    return {**{m: statistics.median(t) for m, t in times.items()}, **errors}
+    return {**times, **errors}
+
+
+def spread(xs: list[float]) -> str:
+    """median [q1–q3] of a list of step times."""
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return f"{statistics.median(xs):.3f} [{q[0]:.3f}–{q[2]:.3f}]"
+
+
+def ratio(xs: list[float], ys: list[float]) -> str:
+    """median of the per-round ratios x/y [min–max]: rounds pair steps taken under the same load."""
+    r = [x / y for x, y in zip(xs, ys)]
+    return f"{statistics.median(r):.2f} [{min(r):.2f}–{max(r):.2f}]"
 
 
 def _sub(args: list[str]) -> dict:
@@ -188,7 +201,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="vocab 1k/10k, seq 50 only")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--d", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     ap.add_argument("--mem", nargs=3, metavar=("METHOD", "VOCAB", "SEQ"), help=argparse.SUPPRESS)
@@ -212,22 +225,23 @@ def main() -> None:
             err = times.get("error") or mem.get("error") or (times[m] if isinstance(times[m], str) else None)
             rows[(v, t, m)] = {"error": err} if err else {"time_s": times[m], **mem}
             print(f"# vocab={v} seq={t} {m}: {rows[(v, t, m)]}", file=sys.stderr, flush=True)
-    print(f"device {a.device}, batch {a.batch}, d_model {a.d}, 2 layers, 2 heads, median of {a.steps} interleaved "
-          "steps after 1 warm-up; time ratio = method / nonprivate; memory = peak "
+    print(f"device {a.device}, batch {a.batch}, d_model {a.d}, 2 layers, 2 heads, {a.steps} interleaved rounds "
+          "after 1 warm-up; step time: median [interquartile range]; ratios: median of the per-round ratios "
+          "[min–max], method / nonprivate and method / phantom; memory = peak "
           f"{'CUDA allocation' if a.device.startswith('cuda') else 'RSS'} above the post-setup level\n")
     print("| vocab | seq | method | step time (s) | × non-private | × phantom | peak extra memory (MiB) |")
     print("|---:|---:|---|---:|---:|---:|---:|")
     for v, t in grid:
         base = rows.get((v, t, "nonprivate"), {}).get("time_s")
-        ph = rows.get((v, t, "phantom"), {}).get("time_s")
+        ph = rows.get((v, t, "phantom"), {}).get("time_s")  # lists of per-round step times
         for m in methods:
             r = rows[(v, t, m)]
             if "error" in r:
                 print(f"| {v} | {t} | {m} | failed: {r['error']} | | | |")
                 continue
-            ratio = f"{r['time_s'] / base:.2f}" if base else "-"
-            rph = f"{r['time_s'] / ph:.2f}" if ph else "-"
-            print(f"| {v} | {t} | {m} | {r['time_s']:.3f} | {ratio} | {rph} | {r['peak_mb']:.0f} |")
+            rnp = ratio(r["time_s"], base) if base else "-"
+            rph = ratio(r["time_s"], ph) if ph else "-"
+            print(f"| {v} | {t} | {m} | {spread(r['time_s'])} | {rnp} | {rph} | {r['peak_mb']:.0f} |")
 
 
 if __name__ == "__main__":

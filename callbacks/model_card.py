@@ -21,6 +21,20 @@ def _scalar_metrics(metrics: dict) -> dict[str, float]:
     return out
 
 
+def run_card_metadata(trainer: pl.Trainer) -> dict:
+    """The card metadata of what this run used: the module's (base model, tags, ...) then the datamodule's
+    (datasets, data_source); tags are merged. A run with no base model or no Hub dataset says so explicitly."""
+    meta: dict = {"base_model": None, "datasets": []}
+    for owner in (trainer.lightning_module, trainer.datamodule):
+        fn = getattr(owner, "card_metadata", None)
+        for k, v in (fn() if callable(fn) else {}).items():
+            if k == "tags":
+                meta["tags"] = list(dict.fromkeys([*meta.get("tags", []), *v]))
+            else:
+                meta[k] = v
+    return meta
+
+
 class ModelCardWriter(pl.Callback):
     """At the end of fit/validate/test, stores `trainer.callback_metrics` (plus, when the DataModule has a
     `run_metrics()` method, what preparing its data measured, e.g. generation time as `data/...`) under the stage in
@@ -53,9 +67,7 @@ class ModelCardWriter(pl.Callback):
             fields["config_name"] = self.config_name
         if self.paper_id:
             fields["paper"] = self.paper_id
-        meta = getattr(trainer.lightning_module, "card_metadata", None)
-        if callable(meta):
-            fields["card_metadata"] = meta()
+        fields["card_metadata"] = run_card_metadata(trainer)
         fields["model_class"] = f"{type(trainer.lightning_module).__module__}.{type(trainer.lightning_module).__qualname__}"
         update_summary(run_dir, **fields)
         if self.render:
@@ -63,7 +75,13 @@ class ModelCardWriter(pl.Callback):
 
             write_card(run_dir)
 
+    def on_fit_start(self, trainer, pl_module):
+        self._start_step = trainer.global_step
+
     def on_fit_end(self, trainer, pl_module):
+        # resuming a run that had already finished trains nothing: keep its record as it was
+        if trainer.global_step == getattr(self, "_start_step", -1) and "fit" in read_summary(self._dir(trainer)):
+            return
         self._record(trainer, "fit")
 
     def on_validation_end(self, trainer, pl_module):

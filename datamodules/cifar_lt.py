@@ -193,6 +193,14 @@ class CIFARLTDataModule(LongTailDataModule):
             raise ZooError(f"unknown source {source!r}; choose 'local' or 'embedded'")
         self.dataset, self.source, self.root, self.image_size = dataset, source, root, image_size
 
+    def card_metadata(self) -> dict:
+        ir = f"imbalance ratio {self.imbalance_ratio:g}" if self.imbalance_ratio else "balanced"
+        if self.source == "embedded":
+            return {"data_source": f"embedded: scikit-learn's 8x8 digits made long-tailed ({ir}; not CIFAR)"}
+        name = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}[self.dataset]
+        return {"datasets": [f"uoft-cs/{self.dataset}"],
+                "data_source": f"{name}-LT ({ir}) from the torchvision files in {self.root}"}
+
     def _load(self):
         if self.source == "embedded":
             rank_zero_info("[CIFARLTDataModule] source=embedded: scikit-learn digits, made long-tailed")

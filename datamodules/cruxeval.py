@@ -97,6 +97,15 @@ class CRUXEvalDataModule(L.LightningDataModule):
             where = {"hub": self.hub_name, "local": self.path, "embedded": str(SAMPLE_PATH)}[self.source]
             rank_zero_info(f"CRUXEval: source={self.source} ({where}), {len(self.rows)} rows")
 
+    def card_metadata(self) -> dict[str, Any]:
+        """What data this run used, for its card: the Hub id only when CRUXEval itself was read (a local jsonl
+        in the official schema is taken to be the benchmark; the embedded sample is the project's own)."""
+        if self.source == "embedded":
+            return {"data_source": f"embedded: {len(self.rows) or 24} CRUXEval-format rows of the project's own "
+                                   "functions (not the CRUXEval benchmark)"}
+        where = f"the Hub ({self.hub_name}, split {self.split})" if self.source == "hub" else f"local file {self.path}"
+        return {"datasets": ["cruxeval-org/cruxeval"], "data_source": f"CRUXEval from {where}"}
+
     def _loader(self) -> DataLoader:
         return DataLoader(self.rows, batch_size=self.batch_size, shuffle=False, collate_fn=collate_rows)
 

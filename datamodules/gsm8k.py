@@ -258,6 +258,14 @@ class GSM8KDataModule(L.LightningDataModule):
                                             r["answer"], hp.max_length) for r in train]
         self.val_rows, self.test_rows = self._eval_rows(val), self._eval_rows(test)
 
+    def card_metadata(self) -> dict:
+        """What data this run used, for its card: the Hub id only when the real GSM8K was read."""
+        hp = self.hparams
+        if hp.source == "embedded":
+            return {"data_source": "embedded: seeded generator of GSM8K-format problems (not the GSM8K dataset)"}
+        where = "the Hub (openai/gsm8k, main)" if hp.source == "hub" else f"local files in {hp.path}"
+        return {"datasets": ["openai/gsm8k"], "data_source": f"GSM8K from {where}"}
+
     def train_dataloader(self) -> DataLoader:
         return train_loader(self.train_rows, self.hparams.batch_size, shuffle=True,
                             collate_fn=_TrainCollate(self.tokenizer.pad_token_id), num_workers=self.hparams.num_workers)

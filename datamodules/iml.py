@@ -123,6 +123,12 @@ class IMLDataModule(L.LightningDataModule):
         sets = self.eval_sets  # a property: built once here
         return [r for k in sorted(sets) for r in sets[k]]
 
+    def card_metadata(self) -> dict:
+        hp = self.hparams
+        if hp.source == "embedded":
+            return {"data_source": f"embedded: {hp.num_ents} fictional people in the CVDB schema (not the CVDB table)"}
+        return {"data_source": f"CVDB (Laouenan et al. 2022), {hp.num_ents} people, from {hp.path}"}
+
     def train_dataloader(self) -> DataLoader:
         return train_loader(self.train_documents, self.hparams.batch_size, shuffle=True, seed=self.hparams.seed,
                             num_workers=self.hparams.num_workers)

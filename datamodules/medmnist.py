@@ -96,6 +96,12 @@ class MedMNISTDataModule(LongTailDataModule):
             return root
         return root / (f"{self.flag}.npz" if self.size == 28 else f"{self.flag}_{self.size}.npz")
 
+    def card_metadata(self) -> dict:
+        ir = f"imbalance ratio {self.imbalance_ratio:g}" if self.imbalance_ratio else "as released"
+        if self.source == "embedded":
+            return {"data_source": f"embedded: scikit-learn's digits standing in for MedMNIST ({ir}; not MedMNIST)"}
+        return {"data_source": f"MedMNIST {self.flag} ({self.size}x{self.size}, {ir}) from {self.path}"}
+
     def _load(self):
         if self.source == "embedded":
             rank_zero_info("[MedMNISTDataModule] source=embedded: scikit-learn digits in MedMNIST format")

@@ -200,6 +200,13 @@ class PDEDataModule(L.LightningDataModule):
     def _loader(self, split: str) -> DataLoader:
         return DataLoader(self._sets[split], batch_size=self.hparams.batch_size, num_workers=self.hparams.num_workers)
 
+    def card_metadata(self) -> dict:
+        hp = self.hparams
+        if hp.source == "local":
+            return {"data_source": f"{hp.problem}: training file {hp.train_path}, test file {hp.test_path}"}
+        return {"data_source": f"generated for this run: {hp.problem} on a {hp.grid_size or self.problem.grid_size}^2 "
+                               f"grid, training data by {hp.method}, test data by {hp.test_solver} (seed {hp.seed})"}
+
     def train_dataloader(self):
         return train_loader(self._sets["train"], self.hparams.batch_size, shuffle=True,
                             num_workers=self.hparams.num_workers)

@@ -364,6 +364,13 @@ class SeqRecDataModule(pl.LightningDataModule):
         self.val_set = _TensorDict(seq=left_pad(train, L), target=torch.tensor([s[-2] for s in seqs]))
         self.test_set = _TensorDict(seq=left_pad([s[:-1] for s in seqs], L), target=torch.tensor([s[-1] for s in seqs]))
 
+    def card_metadata(self) -> dict:
+        hp = self.hparams
+        if hp.source == "embedded":
+            return {"data_source": "embedded: seeded Zipf + Markov interaction generator (not MovieLens or Amazon)"}
+        name = "MovieLens-1M ratings" if hp.source == "movielens" else "Amazon reviews"
+        return {"data_source": f"{name} from {hp.path}"}
+
     def train_dataloader(self) -> DataLoader:
         n, hp = len(self.train_set), self.hparams
         col = partial(collate, template=self.train_set.t)

@@ -31,5 +31,15 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["paper"] == paper.id
     assert any(k.startswith("test/") for k in summary.get("test", {})), summary
-    card = (run / "README.md").read_text()
-    assert "model-index" in card and "## Results of this run" in card
+    card_text = (run / "README.md").read_text()
+    assert "model-index" in card_text and "## Results of this run" in card_text
+    # the card says what this run used: a random-init smoke model has no base model, embedded data no Hub dataset
+    from huggingface_hub import ModelCard
+
+    card, meta = ModelCard(card_text), summary.get("card_metadata", {})
+    assert card.data.base_model == meta.get("base_model")
+    assert (card.data.datasets or []) == list(meta.get("datasets") or [])
+    assert meta.get("data_source"), "the datamodule's card_metadata() names the data this run used"
+    assert "## What this run used" in card_text and meta["data_source"] in card_text
+    for r in card.data.eval_results:  # readable metric names, the split apart
+        assert "/" not in r.metric_type and r.dataset_split in ("test", "validation", "train")

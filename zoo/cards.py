@@ -27,26 +27,45 @@ def _template(paper_id: str | None) -> ModelCard:
     return ModelCard(f"---\nlibrary_name: pytorch-lightning\ntags: [zoo]\n---\n\n# {title}\n")
 
 
+SPLITS = {"test": "test", "val": "validation", "train": "train"}
+RUN_KEYS = ("base_model", "datasets")  # what a run's card says about the run only: never the paper's defaults
+
+
 def eval_results(summary: dict[str, Any], data: ModelCardData) -> list[EvalResult]:
-    """One EvalResult per final test (else validation) metric of the run."""
+    """One EvalResult per final metric of the run: test metrics, else validation, else (a run only fitted, with no
+    validation) its final training metrics. The metric type is the readable name (`exact_match`), the split is the
+    dataset's split, and the dataset is the Hub dataset the run really used or, for embedded data, the source."""
     task = data.pipeline_tag or "other"
-    datasets = data.datasets or []
-    dataset = datasets[0] if datasets else summary.get("config_name", "unknown")
-    # test results first; a run that was only fitted publishes its final validation metrics
-    for stage, prefix in (("test", "test/"), ("validate", "val/"), ("fit", "val/")):
+    meta = summary.get("card_metadata") or {}
+    hub = list(meta.get("datasets") or [])
+    dataset_type = hub[0] if hub else "zoo-embedded"
+    dataset_name = hub[0] if hub else (meta.get("data_source") or summary.get("config_name") or "unknown")
+    for stage, prefix in (("test", "test/"), ("validate", "val/"), ("fit", "val/"), ("fit", "train/")):
         metrics = summary.get(stage) or {}
         picked = {k: v for k, v in metrics.items() if k.startswith(prefix)}
         if picked:
+            split = SPLITS[prefix.rstrip("/")]
             return [
-                EvalResult(task_type=task, dataset_type=dataset, dataset_name=dataset, metric_type=k,
-                           metric_name=k, metric_value=round(float(v), 6))
+                EvalResult(task_type=task, dataset_type=dataset_type, dataset_name=dataset_name, dataset_split=split,
+                           metric_type=k[len(prefix):], metric_name=k[len(prefix):].replace("_", " "),
+                           metric_value=round(float(v), 6))
                 for k, v in sorted(picked.items())
             ]
     return []
 
 
+def _provenance(meta: dict[str, Any]) -> list[str]:
+    base = meta.get("base_model")
+    lines = ["## What this run used", "",
+             f"- Base model: {f'`{base}` (pretrained weights)' if base else 'none: randomly initialised, built from a config'}",
+             f"- Data: {meta.get('data_source') or 'not recorded by the datamodule'}"]
+    if meta.get("datasets"):
+        lines.append(f"- Hub datasets: {', '.join(f'`{d}`' for d in meta['datasets'])}")
+    return lines + [""]
+
+
 def _results_section(run_dir: Path, summary: dict[str, Any]) -> str:
-    lines = [RESULTS_HEADING, "",
+    lines = [RESULTS_HEADING, "", *_provenance(summary.get("card_metadata") or {}),
              f"Measured by this run (`{summary.get('config_name', run_dir.name)}`, run dir `{run_dir.name}`); "
              "produced by the config below, not copied from the paper.", ""]
     rows = [(stage, k, v) for stage in _STAGES for k, v in sorted((summary.get(stage) or {}).items())]
@@ -70,7 +89,11 @@ def render_card(run_dir: str | Path) -> str:
     card = _template(summary.get("paper"))
     data = card.data
     extra = summary.get("card_metadata") or {}
+    for k in RUN_KEYS:  # the paper's base model and datasets are not this run's unless the run says so
+        setattr(data, k, extra.get(k) or None)
     for k, v in extra.items():
+        if k in RUN_KEYS or k == "data_source":
+            continue
         old = getattr(data, k, None)
         if isinstance(old, list) and isinstance(v, list):
             # the run's own values first: model-index takes the first dataset as the evaluated one

@@ -46,40 +46,62 @@ Set ZOO_DEBUG=1 to see tracebacks instead of one-line errors.
 
 
 def one_line(exc: BaseException) -> str:
-    """Condense jsonargparse / library messages to one line that names the key and the problem."""
-    raw = [ln for ln in str(exc).splitlines() if ln.strip()]
-    if not raw:
+    """A multi-line library message as one line, by its layout alone (no wording is matched): jsonargparse nests
+    causes by indentation, so the line is the message's first line followed by the path down to its most deeply
+    nested line (the innermost cause, e.g. 'Option 'hiden' is not accepted'); sibling branches are left out."""
+    lines = [(len(ln) - len(ln.lstrip()), ln.strip()) for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
         return type(exc).__name__
-    if len(raw) == 1:
-        return raw[0].strip()
-    head = raw[0].strip().rstrip(":")
-    # jsonargparse: 'Parser key "model":' ... '- Problem with given class_path X:' + indented cause lines
-    for i, ln in enumerate(raw):
-        if "Problem with given class_path" in ln:
-            indent = len(ln) - len(ln.lstrip())
-            cause = [ln.strip().lstrip("- ").rstrip(":")]
-            for nxt in raw[i + 1:]:
-                if len(nxt) - len(nxt.lstrip()) <= indent:
-                    break
-                cause.append(nxt.strip().rstrip(":"))
-            return f"{head}: " + ": ".join(cause)
-    skip = ("Given value", "Subtypes", "Errors", "Does not validate")
-    tail = [ln.strip().lstrip("- ") for ln in raw[1:] if not ln.strip().startswith(skip)]
-    return head + (": " + "; ".join(tail[:2]) if tail else "")
+    if len(lines) == 1:
+        return lines[0][1]
+    deepest = max(range(len(lines)), key=lambda k: (lines[k][0], -k))
+    path, indent = [lines[deepest][1]], lines[deepest][0]
+    for ind, text in reversed(lines[1:deepest]):
+        if ind < indent:
+            path.append(text)
+            indent = ind
+    parts = [lines[0][1]] + path[::-1]
+    return ": ".join(t.removeprefix("- ").rstrip(":").strip() for t in parts)
 
 
 def _user_error(exc: BaseException, zoo_error: type) -> BaseException | None:
-    """The user-facing error in an exception chain: a ZooError anywhere in it (jsonargparse and Lightning
-    wrap exceptions raised in __init__ or hooks), else a parse error or a missing file/module."""
+    """The user-facing error in an exception chain, by type: a ZooError anywhere in it (jsonargparse and
+    Lightning wrap exceptions raised in __init__ or hooks), else a parse error, Lightning's own misconfiguration
+    error, or a missing file/module."""
     seen, e = set(), exc
     while e is not None and id(e) not in seen:
         if isinstance(e, zoo_error):
             return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__
-    if isinstance(exc, (argparse.ArgumentError, FileNotFoundError, ImportError)):
-        return exc
-    return None
+    user = (argparse.ArgumentError, FileNotFoundError, ImportError)
+    if "lightning" in sys.modules:  # Lightning reports a bad trainer option as a MisconfigurationException
+        from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+        user += (MisconfigurationException,)
+    return exc if isinstance(exc, user) else None
+
+
+def check_config_files(argv: list[str], zoo_error: type) -> None:
+    """Every `--config` file exists and is a YAML mapping (jsonargparse says only 'Unexpected config' for an
+    empty file or a list)."""
+    import yaml
+
+    for k, tok in enumerate(argv):
+        path = tok.split("=", 1)[1] if tok.startswith("--config=") else (
+            argv[k + 1] if tok in ("--config", "-c") and k + 1 < len(argv) else None)
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            raise zoo_error(f"config file {path} does not exist")
+        try:
+            data = yaml.safe_load(open(path).read())
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            raise zoo_error(f"config file {path} is not valid YAML" + (f" (line {mark.line + 1})" if mark else ""))
+        if not isinstance(data, dict):
+            what = "empty" if data is None else f"a YAML {type(data).__name__}, not a mapping of options"
+            raise zoo_error(f"config file {path} is {what}")
 
 
 def _run_trainer(argv: list[str] | None) -> int:
@@ -168,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if verb in TRAINER_VERBS:
+            check_config_files(argv[1:], ZooError)
             return _run_trainer(None if from_sys else argv)
         return _run_function(argv)
     except Exception as e:  # noqa: BLE001 - user errors become one line; anything else keeps its traceback

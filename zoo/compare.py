@@ -265,8 +265,9 @@ def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = No
             metrics: Optional[list[str]] = None, wandb_project: Optional[str] = None,
             format: Literal["terminal", "markdown", "csv"] = "terminal", output: Optional[str] = None,
             metric: Optional[str] = None, plot_path: str = "compare.png") -> str:
-    """Compare runs: the config keys that differ and the final metrics; with --group_by, each group's runs
-    aggregated (mean ± std, n, 95% CI); plus a PNG of a metric's curves.
+    """Compare runs as a table (config keys that differ, final metrics) and a plot; --group_by aggregates seeds.
+
+    With --group_by, each group's runs are aggregated (mean ± std, n, 95% t-interval); --metric plots curves.
 
     Args:
         runs: run dirs, sweep dirs or folders to search for run dirs (default: runs/), e.g.

@@ -151,6 +151,7 @@ def _local_or_download(repo_or_dir: str | Path, revision: str | None, endpoint: 
 def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoint: str | None = None,
                     expected: type | None = None, **overrides: Any):
     """The module stored in a local dir or Hub repo (class from its config.yaml)."""
+    from_hub = not Path(repo_or_dir).is_dir()
     local = _local_or_download(repo_or_dir, revision, endpoint)
     pickles = [p.name for p in local.iterdir() if p.suffix in PICKLE_SUFFIXES]
     if not (local / WEIGHTS).exists():
@@ -159,6 +160,8 @@ def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoi
     if not (local / CONFIG).exists():
         raise ZooError(f"{repo_or_dir} has no {CONFIG}; cannot rebuild the module")
     cfg = load_yaml(local / CONFIG)
+    if from_hub:
+        check_hub_class(cfg.get("model", cfg).get("class_path"), repo_or_dir, expected)
     module = _instantiate(cfg.get("model", cfg), local / CONFIG, repo_or_dir, expected, **overrides)
     cls = type(module)
     state = load_state_dict_file(local / WEIGHTS)
@@ -171,6 +174,19 @@ def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoi
     if unexpected:
         raise ZooError(f"weights in {repo_or_dir} have keys {cls.__name__} lacks: {unexpected[:5]}")
     return module.eval()
+
+
+def check_hub_class(class_path: Any, source: Any, expected: type | None) -> None:
+    """A config downloaded from the Hub names the class to build; importing a module runs its code, so only the
+    zoo's registered modules (or the very class the caller asked for) are imported from a Hub config."""
+    from zoo.registry import PAPERS
+
+    allowed = {m for p in PAPERS.values() for m in p.modules}
+    if expected is not None and expected is not HubMixin:
+        allowed.add(f"{expected.__module__}.{expected.__qualname__}")
+    if class_path not in allowed:
+        raise ZooError(f"{source}: its config names class {class_path!r}, which is not a model of the zoo; refusing "
+                       f"to import it (load a local copy with from_pretrained(<dir>) if you trust it)")
 
 
 def _instantiate(model_cfg: dict, config_path: Path, source: Any, expected: type | None = None, **overrides: Any):
@@ -223,8 +239,9 @@ def module_from_run(run_dir: str | Path, checkpoint: str = "last"):
 
 def push(run_dir: str, *, repo: str, checkpoint: str = "last", private: bool = False,
          commit_message: Optional[str] = None, endpoint: Optional[str] = None, token: Optional[str] = None) -> str:
-    """Publish a run to the Hugging Face Hub: model.safetensors + config.yaml + README.md (the card with the
-    run's measured results as model-index eval results).
+    """Publish a run to the Hugging Face Hub: model.safetensors, config.yaml and README.md (its model card).
+
+    The card carries the run's measured results as model-index eval results.
 
     Args:
         run_dir: the run directory (runs/<config>/<timestamp>).
@@ -261,6 +278,7 @@ def pull(repo: str, revision: Optional[str] = None, endpoint: Optional[str] = No
         endpoint: Hub endpoint (default: HF_ENDPOINT or huggingface.co).
     """
     local = _local_or_download(repo, revision, endpoint)
+    check_hub_class(load_yaml(local / CONFIG).get("model", {}).get("class_path"), repo, None)
     load_pretrained(local)
     print(local)
     return str(local)

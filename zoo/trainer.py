@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 
 from callbacks.last_checkpoint import LastCheckpoint, last_checkpoint_path
 from callbacks.model_card import ModelCardWriter
 from callbacks.nan_guard import NaNGuard
+from callbacks.progress import ZooProgressBar
+from zoo.checks import check_checkpoint, check_learning_rates, check_resume_settings
 from zoo.registry import paper_of_class
-from zoo.rundir import RUN_DIR_ENV, is_worker_process, new_run_dir, read_point, run_dir_of_checkpoint, stage_dir
+from zoo.rundir import (RUN_DIR_ENV, is_worker_process, new_run_dir, read_point, run_dir_of_checkpoint, stage_dir,
+                        update_summary)
 
 
 class RunDirConfig(SaveConfigCallback):
@@ -35,6 +41,16 @@ class RunDirConfig(SaveConfigCallback):
                 name, n = f"config.{stage}-{n}.yaml", n + 1
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.parser.save(self.config, self.run_dir / name, skip_none=False, overwrite=False, multifile=False)
+
+
+def _init_args(model: Any) -> dict[str, Any]:
+    """A model config's init args as plain data (jsonargparse Namespaces included)."""
+    from jsonargparse import Namespace, namespace_to_dict
+
+    if model is None:
+        return {}
+    model = namespace_to_dict(model) if isinstance(model, Namespace) else dict(model)
+    return dict(model.get("init_args") or model.get("dict_kwargs") or {})
 
 
 def wandb_id(name: str) -> str:
@@ -66,16 +82,38 @@ def wandb_mode(requested: str) -> str:
 class ZooCLI(LightningCLI):
     def __init__(self, args: list[str] | None = None, **kwargs: Any):
         no_exit = {"exit_on_error": False}
-        super().__init__(
-            model_class=None,
-            datamodule_class=None,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            save_config_callback=RunDirConfig,
-            parser_kwargs={**no_exit, **{v: dict(no_exit) for v in self.subcommands()}},
-            args=args,
-            **kwargs,
-        )
+        self.fresh_run_dir: Optional[Path] = None  # the run dir this command created (not a resumed or given one)
+        try:
+            super().__init__(
+                model_class=None,
+                datamodule_class=None,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                save_config_callback=RunDirConfig,
+                parser_kwargs={**no_exit, **{v: dict(no_exit) for v in self.subcommands()}},
+                args=args,
+                **kwargs,
+            )
+        except BaseException as e:
+            self._abandon(e)
+            raise
+
+    def _abandon(self, error: BaseException) -> None:
+        """A command that failed leaves no orphan: a run dir it created that holds no checkpoint is removed
+        (nothing is lost); any other run dir records the failure in summary.json, which lookups then skip."""
+        run_dir = self.fresh_run_dir
+        trainer = getattr(self, "trainer", None)
+        if run_dir is None or is_worker_process() or not run_dir.exists():
+            return
+        wandb = sys.modules.get("wandb")
+        if wandb is not None and wandb.run is not None:  # close the W&B run first: it writes into the run dir
+            wandb.finish(exit_code=1)
+        if not (run_dir / "checkpoints").exists() and (trainer is None or trainer.global_step == 0):
+            shutil.rmtree(run_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                run_dir.parent.rmdir()  # the config's group dir, if this was its only run
+        else:
+            update_summary(run_dir, status="failed", error=f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_root", type=str, default="runs",
@@ -91,12 +129,27 @@ class ZooCLI(LightningCLI):
         parser.add_argument("--checkpoint_every_n_steps", type=Optional[int], default=None,
                             help="Also write last.ckpt every N optimizer steps (default: at epoch/validation end).")
 
+    # -- inputs --------------------------------------------------------------------------------------
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        sub = self.config.get("subcommand")
+        cfg = self.config.get(sub) if sub else None
+        self.requested_model = None
+        if cfg is not None:
+            check_checkpoint(cfg.get("ckpt_path"))
+            # before Lightning replaces the model's settings with the checkpoint's (see before_instantiate_classes)
+            self.requested_model = _init_args(cfg.get("model"))
+
     # -- run directory -------------------------------------------------------------------------------
     def _cfg(self) -> Any:
         return self.config[self.subcommand]
 
     def before_instantiate_classes(self) -> None:
         cfg = self._cfg()
+        model_args = _init_args(cfg.get("model"))
+        check_learning_rates(model_args)
+        if cfg.get("ckpt_path") and self.requested_model is not None:
+            check_resume_settings(self.requested_model, model_args, cfg["ckpt_path"])
         configs = cfg.get("config") or []
         stem = cfg.get("run_name") or (Path(str(configs[-1])).stem if configs else None)
         model_path = cfg["model"]["class_path"] if cfg.get("model") else ""
@@ -108,8 +161,9 @@ class ZooCLI(LightningCLI):
         if is_worker_process():
             run_dir = Path(os.environ[RUN_DIR_ENV])
         else:
-            run_dir = (Path(cfg["run_dir"]) if cfg.get("run_dir") else run_dir_of_checkpoint(cfg.get("ckpt_path"))
-                       or new_run_dir(cfg["run_root"], stem))
+            run_dir = Path(cfg["run_dir"]) if cfg.get("run_dir") else run_dir_of_checkpoint(cfg.get("ckpt_path"))
+            if run_dir is None:
+                run_dir = self.fresh_run_dir = new_run_dir(cfg["run_root"], stem)
             run_dir.mkdir(parents=True, exist_ok=True)
             os.environ[RUN_DIR_ENV] = str(run_dir)
         self.run_dir = run_dir
@@ -125,6 +179,9 @@ class ZooCLI(LightningCLI):
         callbacks = list(trainer_cfg.get("callbacks") or [])
         if not any(isinstance(c, (ModelCheckpoint, LastCheckpoint)) for c in callbacks) and self.subcommand == "fit":
             callbacks += self._checkpoints(cfg)
+        if trainer_cfg.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar)
+                                                                           for c in callbacks):
+            callbacks.append(ZooProgressBar())
         callbacks += [NaNGuard(), ModelCardWriter(str(run_dir), self.config_name, self.paper_id)]
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
@@ -137,9 +194,11 @@ class ZooCLI(LightningCLI):
         out: list = [LastCheckpoint(dirpath, every_n_train_steps=cfg.get("checkpoint_every_n_steps"))]
         monitor = getattr(self.model, "monitor", None)
         if monitor:
+            # only after validation (which logs the monitor), never at an epoch end without one: no warning about a
+            # missing key in runs that do not validate
             out.append(ModelCheckpoint(dirpath=dirpath, filename="best-{epoch}-{step}", auto_insert_metric_name=False,
                                        monitor=monitor, mode=getattr(self.model, "monitor_mode", "min"),
-                                       save_top_k=1, save_last=False))
+                                       save_top_k=1, save_last=False, save_on_train_epoch_end=False))
         return out
 
     def _loggers(self, cfg: Any) -> list:

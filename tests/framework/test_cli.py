@@ -56,8 +56,9 @@ def test_fit_then_test_writes_a_complete_run_dir(in_tmp, toy_config, capsys):
     assert (run / "config.test.yaml").exists(), "later stages never overwrite config.yaml"
     card = (run / "README.md").read_text()
     front = yaml.safe_load(card.split("---")[1])
-    metrics = front["model-index"][0]["results"][0]["metrics"]
-    assert metrics[0]["type"] == "test/mse"
+    result = front["model-index"][0]["results"][0]
+    metrics = result["metrics"]
+    assert metrics[0]["type"] == "mse" and result["dataset"]["split"] == "test"
     assert metrics[0]["value"] == pytest.approx(summary["test"]["test/mse"], rel=1e-5)
     assert "toy" in front["tags"]
 

@@ -162,7 +162,9 @@ def test_push_pull_from_pretrained_end_to_end(in_tmp, toy_config, hub, monkeypat
     assert f"{hub.endpoint}/org/toy/commit/" in out
     card = ModelCard(files["README.md"].decode())
     results = {r.metric_type: r.metric_value for r in card.data.eval_results}
-    assert results == {"test/mse": round(float(summary["test"]["test/mse"]), 6)}
+    assert results == {"mse": round(float(summary["test"]["test/mse"]), 6)}  # readable name, split apart
+    assert [r.dataset_split for r in card.data.eval_results] == ["test"]
+    assert card.data.base_model is None and not card.data.datasets  # a random-init toy on generated data
     assert "model-index" in files["README.md"].decode()
     assert "toy" in card.data.tags
     info = HfApi(endpoint=hub.endpoint).model_info("org/toy")  # the Hub's view of the card
@@ -177,8 +179,13 @@ def test_push_pull_from_pretrained_end_to_end(in_tmp, toy_config, hub, monkeypat
     assert not changed, f"a second push of the same run changed {changed}"
     assert HfApi(endpoint=hub.endpoint).model_info("org/toy").sha == before
 
-    assert main(["pull", "org/toy", "--endpoint", hub.endpoint]) == 0
-    local = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    # `zoo pull` imports only the zoo's own model classes from a downloaded config (importing runs code)
+    capsys.readouterr()
+    assert main(["pull", "org/toy", "--endpoint", hub.endpoint]) == 2
+    assert "not a model of the zoo; refusing to import it" in capsys.readouterr().err
+    from huggingface_hub import snapshot_download
+
+    local = Path(snapshot_download("org/toy", endpoint=hub.endpoint, allow_patterns=["*.safetensors", "*.yaml", "*.md"]))
     assert local.is_dir() and Path(constants.HF_HUB_CACHE) in local.parents
     assert {p.name for p in local.iterdir()} == {"model.safetensors", "config.yaml", "README.md"}
 
@@ -198,6 +205,33 @@ def test_push_pull_from_pretrained_end_to_end(in_tmp, toy_config, hub, monkeypat
     assert len(hub.log) == n_requests
     with pytest.raises(ZooError, match="not in the local HF cache"):
         ToyRegressor.from_pretrained("org/never-pulled")
+
+
+def test_a_hub_config_cannot_make_zoo_import_an_arbitrary_module(hub, tmp_path, monkeypatch, capsys):
+    """A downloaded config.yaml names the class to build; the class's module is imported only when it is one of
+    the zoo's registered models (importing a module runs its code)."""
+    from huggingface_hub import HfApi
+    from safetensors.torch import save_file
+
+    from zoo.cli import main
+
+    marker = tmp_path / "imported"
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "side_effect_mod.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nclass M: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    save_file({"w": torch.zeros(1)}, str(repo / "model.safetensors"))
+    (repo / "config.yaml").write_text("model:\n  class_path: side_effect_mod.M\n  init_args: {}\n")
+    api = HfApi(endpoint=hub.endpoint)
+    api.create_repo("org/evil", exist_ok=True)
+    api.upload_folder(repo_id="org/evil", folder_path=str(repo))
+    assert main(["pull", "org/evil", "--endpoint", hub.endpoint]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "'side_effect_mod.M', which is not a model of the zoo; refusing to import it" in err
+    with pytest.raises(ZooError, match="not a model of the zoo"):
+        ToyRegressor.from_pretrained("org/evil", endpoint=hub.endpoint)
+    assert not marker.exists() and "side_effect_mod" not in sys.modules
 
 
 # -- 2. pickled weights are refused ---------------------------------------------------------------------

@@ -22,6 +22,9 @@ from scipy import stats
 from zoo.cli import main
 from zoo.sweep import expand, load_sweep
 
+# sweeps start real `zoo` subprocesses: the timeout is a hang guard, generous for a busy machine
+pytestmark = pytest.mark.timeout(600)
+
 FAST = {"wandb_mode": "disabled", "trainer.max_epochs": 1}
 
 

@@ -176,7 +176,7 @@ class CRUXEvalModule(HubMixin, L.LightningModule):
         return {} if isinstance(self.hparams.model, str) else self.state_dict()
 
     def card_metadata(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {"datasets": ["cruxeval-org/cruxeval"], "tags": ["cruxeval", "code-reasoning"]}
+        meta: dict[str, Any] = {"tags": ["cruxeval", "code-reasoning"]}  # datasets: the datamodule's
         if isinstance(self.hparams.model, str):
             meta["base_model"] = self.hparams.model
         return meta

@@ -158,11 +158,9 @@ class CausalLMFinetune(HubMixin, L.LightningModule):
                            f"were they saved with the same target_modules and r?")
 
     def card_metadata(self) -> dict[str, Any]:
-        meta = {"datasets": ["openai/gsm8k"], "tags": ["rosa", "peft", "lora", "gsm8k"],
-                "pipeline_tag": "text-generation"}
-        if self.base_name:
-            meta["base_model"] = self.base_name
-        return meta
+        # the data it was trained on is the datamodule's to say (datasets / data_source)
+        return {"tags": ["rosa", "peft", "lora", "gsm8k"], "pipeline_tag": "text-generation",
+                "base_model": self.base_name or None}
 
 
 class RoSAModule(CausalLMFinetune):

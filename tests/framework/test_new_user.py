@@ -1,0 +1,120 @@
+"""What a new user meets (issue 17): one-line errors for every bad input, no orphan run dirs, resume that refuses
+changed settings and keeps a finished run's record, a truthful progress bar, readable commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from zoo.cli import main
+
+
+def _one_error(capsys) -> str:
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("zoo: error:")]
+    assert len(err) == 1, err
+    return err[0]
+
+
+def _fit(toy_config, *extra) -> Path:
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "1", "--wandb_mode", "disabled", *extra]) == 0
+    return sorted(Path("runs/toy").iterdir())[-1]
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "noise.ckpt").write_bytes(os.urandom(4096))
+    return tmp_path
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--ckpt_path", "{tmp}/noise.ckpt"], "is not a readable PyTorch checkpoint"),
+    (["--ckpt_path", "{tmp}/truncated.ckpt"], "is not a readable PyTorch checkpoint"),
+    (["--ckpt_path", "{tmp}/missing.ckpt"], "missing.ckpt does not exist"),
+    (["--trainer.max_steps", "-5"], "max_steps"),
+    (["--config", "{tmp}/list.yaml"], "is a YAML list, not a mapping of options"),
+    (["--config", "{tmp}/empty.yaml"], "empty.yaml is empty"),
+    (["--model.init_args.lr", "-0.1"], "model.init_args.lr = -0.1 is a negative learning rate"),
+    (["--checkpoint_every_n_steps", "0"], "checkpoint_every_n_steps must be a positive number"),
+])
+def test_bad_inputs_are_one_line_errors_and_leave_no_run_dir(in_tmp, toy_config, bad_files, capsys, extra, needle):
+    if "truncated" in extra[-1]:
+        good = _fit(toy_config) / "checkpoints" / "last.ckpt"
+        (bad_files / "truncated.ckpt").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+        capsys.readouterr()
+    before = set(Path("runs").rglob("config.yaml")) if Path("runs").exists() else set()
+    extra = [a.replace("{tmp}", str(bad_files)) for a in extra]
+    assert main(["fit", "--config", str(toy_config), "--wandb_mode", "disabled", *extra]) == 2
+    assert needle in _one_error(capsys)
+    after = set(Path("runs").rglob("config.yaml")) if Path("runs").exists() else set()
+    assert after == before, "a failed run left a run dir behind"
+
+
+def test_a_run_that_fails_after_training_started_is_marked_failed(in_tmp, toy_config, capsys):
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "3", "--wandb_mode", "disabled",
+                 "--model.init_args.nan_at_step", "10"]) == 2
+    (run,) = Path("runs/toy").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "failed" and "non-finite training loss" in summary["error"]
+    from zoo.compare import find_runs
+
+    assert find_runs(["runs"]) == []  # lookups skip it
+
+
+def test_resume_refuses_changed_settings_and_keeps_a_finished_record(in_tmp, toy_config, capsys):
+    run = _fit(toy_config)
+    last = run / "checkpoints" / "last.ckpt"
+    summary = (run / "summary.json").read_text()
+    capsys.readouterr()
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "1", "--wandb_mode", "disabled",
+                 "--ckpt_path", str(last), "--model.init_args.hidden", "5"]) == 2
+    assert "hidden=5 (checkpoint: 8)" in _one_error(capsys)
+    # the same settings: nothing left to train, and the finished run's summary is not rewritten
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "1", "--wandb_mode", "disabled",
+                 "--ckpt_path", str(last)]) == 0
+    assert (run / "summary.json").read_text() == summary
+
+
+def test_compare_takes_run_dirs_as_words(in_tmp, toy_config, capsys):
+    a = _fit(toy_config, "--model.init_args.lr", "0.01")
+    b = _fit(toy_config, "--model.init_args.lr", "0.1")
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b), "--format", "csv"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert len(rows) == 3 and rows[0].startswith("run,model.lr")
+    assert main(["compare", "--runs", str(a), "--format", "csv"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2  # only the run asked for, not all of runs/
+
+
+def test_compare_plot_legend_names_what_differs(in_tmp, toy_config, monkeypatch):
+    from zoo.compare import local_run, run_labels
+
+    runs = [local_run(_fit(toy_config, "--model.init_args.lr", lr)) for lr in ("0.01", "0.1")]
+    assert run_labels(runs) == ["lr=0.01", "lr=0.1"]
+
+
+def test_list_status_is_checked_and_help_is_whole(capsys):
+    assert main(["list", "--status", "bogus"]) == 2
+    assert "status" in _one_error(capsys)
+    out = subprocess.run(["zoo", "push", "--help"], capture_output=True, text=True).stdout
+    head = out.split("positional arguments")[0]
+    assert "README.md (its model card)." in " ".join(head.split())
+
+
+def test_progress_bar_counts_batches_against_batches():
+    from callbacks.progress import ZooProgressBar
+
+    bar = ZooProgressBar()
+    trainer = SimpleNamespace(num_training_batches=100, max_steps=6, global_step=0, accumulate_grad_batches=2)
+    bar._trainer = trainer  # noqa: SLF001 - Lightning's own attribute behind `ProgressBar.trainer`
+    assert bar.total_train_batches == 12  # 6 optimizer steps of 2 micro-batches, not 6
+    trainer.global_step = 4
+    assert bar.total_train_batches == 4
+    trainer.max_steps = -1
+    assert bar.total_train_batches == 100
