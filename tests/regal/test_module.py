@@ -117,3 +117,32 @@ def test_pruning_at_test_time_drops_rarely_used_helpers(fitted):
 def test_bad_settings_are_clear_errors(kwargs, match):
     with pytest.raises(ZooError, match=match):
         ReGALModule(**kwargs)
+
+
+class SaveAfterFirstTuple(L.Callback):
+    """What a killed run leaves: the checkpoint written after its first tuple."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx == 0:
+            trainer.save_checkpoint(self.path)
+
+
+def test_resume_after_one_tuple_gives_the_uninterrupted_codebank(tmp_path, scripted):
+    def run(root, ckpt=None, callbacks=()):
+        dm = ReGALDataModule("date", "embedded", n_train=6, n_test=3, seed=2)
+        dm.setup("fit")
+        model = ReGALModule("date", refactorer=SPEC, sandbox_workers=1, cpu_seconds=2, wall_timeout=4)
+        model._llms["refactorer"] = refactorer(dm, scripted)
+        trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, default_root_dir=root,
+                            callbacks=list(callbacks))
+        trainer.fit(model, datamodule=dm, ckpt_path=ckpt)
+        return model, trainer
+
+    whole, _ = run(tmp_path / "a", callbacks=[SaveAfterFirstTuple(tmp_path / "first.ckpt")])
+    resumed, trainer = run(tmp_path / "b", tmp_path / "first.ckpt")
+    assert trainer.global_step == 2 and [r["ids"] for r in resumed.reports] == [r["ids"] for r in whole.reports]
+    assert resumed.bank.to_json() == whole.bank.to_json() and len(resumed._llms["refactorer"].prompts) == 1
