@@ -4,8 +4,8 @@
 
 Per n: forward+backward wall time (median and spread over --reps), peak memory of one forward+backward, FLOPs of one
 forward (`torch.utils.flop_counter.FlopCounterMode`) and parameter counts. On CUDA memory is
-`torch.cuda.max_memory_allocated` above the inputs; on CPU it is the process's peak RSS (VmHWM, reset through
-/proc/self/clear_refs before each measurement) above the RSS before it, which also counts allocator slack.
+`torch.cuda.max_memory_allocated` above the inputs; on CPU it is the peak of live tensor memory that
+`torch.profiler` (profile_memory=True) records during the step, above what was live before it.
 
     python benchmarks/pmtr_coarse.py                       # CPU, 128 ... 1024 nodes
     python benchmarks/pmtr_coarse.py --device cuda         # 128 ... 4096 nodes
@@ -69,21 +69,22 @@ class AttentionBlock(nn.Module):
         return self.out(s[0]), self.out(t[0])
 
 
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field):
-                return int(line.split()[1])
-    raise RuntimeError(field)
+def cpu_peak_mib(fn) -> float:
+    """Peak of the live CPU tensor memory during `fn`, above what was live before: the running sum of the
+    allocation/free events that `torch.profiler` records with profile_memory=True (RSS cannot see it: freed blocks
+    are reused from the allocator's cache)."""
+    from torch.profiler import ProfilerActivity, profile
 
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    # each op's own net allocation (children excluded) at its start, plus the frees recorded outside ops; an op's
+    # internal temporaries that it frees itself are not seen
+    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events())
+    running = peak = 0
+    for _, b in events:
+        running += b
+        peak = max(peak, running)
+    return peak / 2**20
 
 
 def inputs(n: int, d: int, device, seed: int = 0):
@@ -125,12 +126,8 @@ def measure(block, n: int, d: int, device, reps: int) -> dict:
         step(block, pos, feats)
         torch.cuda.synchronize()
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    elif _reset_peak():
-        base = _rss_kib("VmRSS")
-        step(block, pos, feats)
-        peak = max(_rss_kib("VmHWM") - base, 0) / 1024
     else:
-        peak = float("nan")
+        peak = cpu_peak_mib(lambda: step(block, pos, feats))
     return {"ms": 1000 * statistics.median(times), "ms_spread": 1000 * (max(times) - min(times)),
             "gflops": flops / 1e9, "peak_mib": peak}
 
@@ -141,6 +138,8 @@ def main(argv=None):
     ap.add_argument("--nodes", type=int, nargs="*", default=None)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--layers", type=int, default=1, help="self+cross layers of the attention block")
+    ap.add_argument("--geo-max-nodes", type=int, default=None,
+                    help="skip MHA+geo above this many nodes (its (n, n, d) embedding costs n^2 d^2 FLOPs; CPU: 512)")
     ap.add_argument("--quick", action="store_true", help="64-d widths (c=[16, 8, 4], f=[4, 8, 16]), 32/64 nodes")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -163,7 +162,10 @@ def main(argv=None):
           + " | ".join(f"{k}/PMT memory" for k in others) + " | " + " | ".join(f"{k}/PMT time" for k in others) + " |")
     print("|---" * (1 + 3 * len(blocks) + 2 * len(others)) + "|")
     for n in nodes:
-        r = {k: measure(m, n, d, device, args.reps) for k, m in blocks.items()}
+        geo_max = args.geo_max_nodes or (512 if device.type == "cpu" else 1 << 30)
+        r = {k: measure(m, n, d, device, args.reps) if k != "MHA+geo" or n <= geo_max else
+             {"ms": float("nan"), "ms_spread": float("nan"), "gflops": float("nan"), "peak_mib": float("nan")}
+             for k, m in blocks.items()}
         p = r["PMT"]
         cells = [str(n)] + [f"{r[k]['ms']:.1f} ± {r[k]['ms_spread']:.1f}" for k in blocks]
         cells += [f"{r[k]['gflops']:.3f}" for k in blocks] + [f"{r[k]['peak_mib']:.1f}" for k in blocks]
