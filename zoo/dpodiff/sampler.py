@@ -80,12 +80,15 @@ def generate(stack, cond: torch.Tensor, uncond: torch.Tensor, num_inference_step
 
 
 def latents_at(stack, cond: torch.Tensor, uncond: torch.Tensor, t: int, num_inference_steps: int,
-               guidance_scale: float, latents: torch.Tensor, grad: bool = False, sched=None) -> tuple:
+               guidance_scale: float, latents: torch.Tensor, grad: bool = False, sched=None,
+               checkpointing: bool = True) -> tuple:
     """x_t after the first t sampler steps (with or without a graph), and the scheduler that took them."""
     sched = sched or fresh_scheduler(stack, num_inference_steps)
     x = latents.to(stack.dtype)
     for ts in sched.timesteps[:t]:
-        if grad:
+        if grad and not checkpointing:
+            eps = guided_eps(stack, x, ts, cond, uncond, guidance_scale, sched)
+        elif grad:
             eps = checkpoint(guided_eps, stack, x, ts, cond, uncond, guidance_scale, sched, use_reentrant=False)
         else:
             with torch.no_grad():
@@ -97,16 +100,18 @@ def latents_at(stack, cond: torch.Tensor, uncond: torch.Tensor, t: int, num_infe
 def estimation_loss(stack, cond: torch.Tensor, uncond: torch.Tensor, text_features: torch.Tensor, t: int,
                     num_inference_steps: int = 50, guidance_scale: float = 7.5,
                     latents: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
-                    backprop: Literal["shortcut", "full"] = "shortcut") -> torch.Tensor:
+                    backprop: Literal["shortcut", "full"] = "shortcut", checkpointing: bool = True) -> torch.Tensor:
     """CLIP loss of the one-step estimate x̂0 at step t; differentiable w.r.t. `cond`/`uncond`.
 
     shortcut: x_t computed under no_grad (the paper's Shortcut Text Gradient, official `pipe_train` with
-    `estimation_step=t`). full: gradients also flow through the first t steps (checkpointed)."""
+    `estimation_step=t`). full: gradients also flow through the first t steps (each UNet call checkpointed
+    unless `checkpointing=False`)."""
     check_t(t, num_inference_steps)
     if backprop not in ("shortcut", "full"):
         raise ZooError(f"backprop must be 'shortcut' or 'full', got {backprop!r}")
     x0 = initial_latents(stack, generator) if latents is None else latents
-    x_t, sched = latents_at(stack, cond, uncond, t, num_inference_steps, guidance_scale, x0, grad=backprop == "full")
+    x_t, sched = latents_at(stack, cond, uncond, t, num_inference_steps, guidance_scale, x0, grad=backprop == "full",
+                            checkpointing=checkpointing)
     ts = sched.timesteps[t]
     eps = guided_eps(stack, x_t, ts, cond, uncond, guidance_scale, sched)
     image = decode(stack, predict_x0(sched, x_t, eps, ts))

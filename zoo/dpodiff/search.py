@@ -140,7 +140,7 @@ def epo(evaluator: Evaluator, sizes: Sequence[int], rng: np.random.Generator, po
             if evaluator.seen(c) or evaluator(c) is None:
                 continue
             into.append(c)
-        if tries == 0:
+        if len(into) < goal:  # ran out of tries: the space has no new candidates left for this operator
             exceeded = True
 
     def mutate() -> Choice:
