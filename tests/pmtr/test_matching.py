@@ -34,7 +34,7 @@ def test_log_sinkhorn_meets_the_augmented_marginals_and_equals_plain_sinkhorn():
         keep_r, keep_c = a > 0, b > 0
         kmat = np.exp(z[keep_r][:, keep_c])
         u, v = np.ones(keep_r.sum()), np.ones(keep_c.sum())
-        for _ in range(2000):
+        for _ in range(500):
             u = a[keep_r] / (kmat @ v)
             v = b[keep_c] / (kmat.T @ u)
         ref = u[:, None] * kmat * v[None]
@@ -43,7 +43,7 @@ def test_log_sinkhorn_meets_the_augmented_marginals_and_equals_plain_sinkhorn():
         ot = pytest.importorskip("ot", reason="POT is the optimal-transport peer")
         total = a.sum()
         ref_pot = ot.sinkhorn(a[keep_r] / total, b[keep_c] / total, -z[keep_r][:, keep_c], reg=1.0,
-                              numItermax=5000, stopThr=1e-14) * total
+                              numItermax=2000, stopThr=1e-13) * total
         np.testing.assert_allclose(plan[k][keep_r][:, keep_c], ref_pot, atol=1e-8)
 
 
