@@ -74,3 +74,12 @@ def test_bad_configs_are_refused():
     m = PMTRModule(**TINY)
     with pytest.raises(ZooError, match="at least 2"):
         m.test_step({"parts": [torch.rand(10, 3)], "name": "x"}, 0)
+
+
+def test_without_fine_pmt_only_the_coarse_proxies_are_regularised():
+    torch.manual_seed(0)
+    m = PMTRModule(**{**TINY, "fine_pmt": False})
+    assert len(m.model.proxies()) == 2  # the two coarse PMT layers
+    s = _sample()
+    loss = m.training_step(s, 0)
+    assert torch.isfinite(loss)
