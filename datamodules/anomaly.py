@@ -9,7 +9,7 @@ Sources (explicit, logged, never a silent fallback):
   defects).
 * ``textures``: seeded crops of scikit-image's bundled ``brick``, ``grass`` and ``gravel`` textures (train from the
   left 60 % of each texture, test from the right 40 %), half of the test crops with a synthetic scratch (a thick
-  random line segment, brighter or darker than the texture) whose pixels are the mask.
+  random line segment in a saturated colour on the grey texture) whose pixels are the mask.
 
 Multi-class setting: one training set over all classes (normal images only). Batches are dicts: ``image``
 (B, 3, H, W, ImageNet-normalised), ``mask`` (B, 1, H, W in {0, 1}), ``label`` (B,: 1 anomalous), ``class_id`` (B,).
@@ -40,6 +40,7 @@ VISA_CLASSES = ("candle", "capsules", "cashew", "chewinggum", "fryum", "macaroni
                 "pcb3", "pcb4", "pipe_fryum")
 MPDD_CLASSES = ("bracket_black", "bracket_brown", "bracket_white", "connector", "metal_plate", "tubes")
 TEXTURES = ("brick", "grass", "gravel")
+SCRATCH_COLOURS = np.array([[0.9, 0.15, 0.1], [0.1, 0.75, 0.2], [0.15, 0.3, 0.95]], np.float32)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 
 
@@ -135,10 +136,14 @@ def texture_samples(crop: int, n_train: int, n_test: int, anomaly_fraction: floa
                 line = np.zeros((crop, crop), bool)
                 rr, cc = draw.line(r0, c0, r1, c1)
                 line[rr, cc] = True
-                mask = ndimage.binary_dilation(line, iterations=max(1, crop // 32))
-                img[mask] = 0.95 if img.mean() < 0.5 else 0.05
+                mask = ndimage.binary_dilation(line, iterations=max(1, crop // 24))
+            img = np.repeat(img[..., None], 3, axis=2)
+            if mask is not None:
+                # a coloured scratch on the grey texture (a saturated hue per scratch), so that it is a defect of
+                # the texture and not one of its own dark or bright grains
+                img[mask] = SCRATCH_COLOURS[rng.integers(len(SCRATCH_COLOURS))]
                 mask = mask.astype(np.float32)
-            out.append(Sample(np.repeat(img[..., None], 3, axis=2), mask, int(mask is not None), cid))
+            out.append(Sample(img, mask, int(mask is not None), cid))
     return out
 
 

@@ -88,5 +88,5 @@ def test_per_class_means():
     labels = torch.tensor([1, 0, 1, 0])
     cls = torch.tensor([0, 0, 1, 1])
     out = per_class_metrics(scores, labels, maps, masks, cls, ["a", "b"])
-    assert out["pixel_auroc"] == pytest.approx((out["pixel_auroc/a"] + out["pixel_auroc/b"]) / 2)
-    assert out["pixel_auroc/a"] == pytest.approx(roc_auc_score(masks[:2].reshape(-1), maps[:2].reshape(-1)))
+    assert out["pixel_auroc"] == pytest.approx((out["pixel_auroc_a"] + out["pixel_auroc_b"]) / 2)
+    assert out["pixel_auroc_a"] == pytest.approx(roc_auc_score(masks[:2].reshape(-1), maps[:2].reshape(-1)))

@@ -69,7 +69,7 @@ def aupro(maps: torch.Tensor, masks: torch.Tensor, fpr_limit: float = 0.3) -> fl
 
 def per_class_metrics(scores: torch.Tensor, labels: torch.Tensor, maps: torch.Tensor, masks: torch.Tensor,
                       class_ids: torch.Tensor, class_names: list[str], fpr_limit: float = 0.3) -> dict[str, float]:
-    """image_auroc / pixel_auroc / aupro per class (``<metric>/<class>``) and their means over classes (the
+    """image_auroc / pixel_auroc / aupro per class (``<metric>_<class>``) and their means over classes (the
     multi-class protocol reports the mean of the per-class values)."""
     out: dict[str, float] = {}
     for metric in ("image_auroc", "pixel_auroc", "aupro"):
@@ -83,7 +83,7 @@ def per_class_metrics(scores: torch.Tensor, labels: torch.Tensor, maps: torch.Te
             else:
                 v = aupro(maps[sel], masks[sel], fpr_limit)
             name = class_names[cid] if cid < len(class_names) else str(cid)
-            out[f"{metric}/{name}"] = v
+            out[f"{metric}_{name}"] = v
             vals.append(v)
         finite = [v for v in vals if v == v]
         out[metric] = float(np.mean(finite)) if finite else float("nan")

@@ -5,8 +5,8 @@ Per image, the N tokens x_n (uniform mass 1/N) are transported to the K learnabl
 over several prototypes; its row-normalised weights give each token a *vague* condition, a convex combination of
 prototypes that carries the normal pattern but not the token's own (possibly abnormal) detail.
 
-The plan is computed for a whole batch at once by Sinkhorn's iterations in the log domain (stable at small eps):
-potentials f (B, N), g (B, K) with  T = exp((f_n + g_k - C_nk) / eps).  Same fixed point as POT's ``ot.sinkhorn``
+The plan is computed for a whole batch at once by Sinkhorn's iterations, stabilised in the log domain (stable at
+small eps): potentials f (B, N), g (B, K) and scalings u, v with  T = u_n exp((f_n + g_k - C_nk) / eps) v_k.  Same fixed point as POT's ``ot.sinkhorn``
 (``K = exp(-M / reg)``), which the tests use as the oracle.
 """
 
@@ -61,22 +61,36 @@ def sinkhorn_log(cost: torch.Tensor, eps: float, a: Optional[torch.Tensor] = Non
         a = cost.new_full((bsz, n), 1.0 / n)
     if b is None:
         b = cost.new_full((bsz, k), 1.0 / k)
-    log_a, log_b = a.log(), b.log()
-    f = torch.zeros_like(a)
-    g = torch.zeros_like(b)
-    scaled = -cost / eps  # (B, N, K)
+    # Log-domain stabilised Sinkhorn (Schmitzer 2019): the potentials f, g hold the large part of the scalings and
+    # the iterations run on the kernel exp((f + g - C) / eps) with scalings u, v by batched mat-vecs; whenever u or v
+    # leave [1e-30, 1e30] they are absorbed into f, g and the kernel is rebuilt. One log-sum-exp update of each
+    # potential first, so that no row or column of the kernel underflows to zero at small eps.
+    scaled = -cost / eps
+    f = eps * (a.log() - torch.logsumexp(scaled, dim=2))
+    g = eps * (b.log() - torch.logsumexp(scaled + f[:, :, None] / eps, dim=1))
+
+    def kernel():
+        return torch.exp(scaled + (f[:, :, None] + g[:, None, :]) / eps)
+
+    kmat = kernel()
+    u, v = torch.ones_like(a), torch.ones_like(b)
     err = float("inf")
     it = 0
     while it < max_iter:
         it += 1
-        # f-update makes the rows exact, g-update the columns; the row error after the g-update is the residual
-        f = eps * (log_a - torch.logsumexp(scaled + g[:, None, :] / eps, dim=2))
-        g = eps * (log_b - torch.logsumexp(scaled + f[:, :, None] / eps, dim=1))
-        if it % check_every == 0 or it == max_iter:
-            log_plan = scaled + (f[:, :, None] + g[:, None, :]) / eps
-            err = (log_plan.exp().sum(2) - a).abs().max().item()
+        u = a / (kmat @ v[:, :, None])[..., 0]
+        v = b / (kmat.transpose(1, 2) @ u[:, :, None])[..., 0]
+        if it % check_every == 0 or it == max_iter:  # checks cost a device sync: only every check_every
+            if not (torch.isfinite(u).all() and torch.isfinite(v).all()):
+                raise ZooError(f"Sinkhorn diverged (non-finite scalings) at iteration {it} (eps={eps:g}; "
+                               f"raise ot_epsilon)")
+            if max(u.max(), v.max()) > 1e30 or min(u.min(), v.min()) < 1e-30:
+                f, g = f + eps * u.log(), g + eps * v.log()
+                kmat, u, v = kernel(), torch.ones_like(u), torch.ones_like(v)
+            # columns are exact after the v-update; the row marginals are the residual
+            err = (u * (kmat @ v[:, :, None])[..., 0] - a).abs().max().item()
             if err <= tol:
-                return SinkhornResult(log_plan.exp(), it, err)
+                return SinkhornResult(u[:, :, None] * kmat * v[:, None, :], it, err)
     raise ZooError(f"Sinkhorn did not converge: marginal error {err:.3g} > tol {tol:g} after {it} iterations "
                    f"(eps={eps:g}; raise ot_max_iter or ot_epsilon)")
 
