@@ -40,8 +40,15 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from zoo.bggn.bias import (BiasTable, bias_bins, codes, inverse_frequency_weights, one_hot, read_bias_table,
-                           split_seen_unseen)
+from zoo.bggn.bias import (
+    BiasTable,
+    bias_bins,
+    codes,
+    inverse_frequency_weights,
+    one_hot,
+    read_bias_table,
+    split_seen_unseen,
+)
 from zoo.data import train_loader
 from zoo.errors import ZooError
 
@@ -129,7 +136,7 @@ def _celeba_dataset(root: str, split: str, verify_md5: bool):
     from torchvision.datasets import CelebA
 
     class _CelebA(CelebA):
-        def _check_integrity(self) -> bool:  # noqa: D401 - presence instead of md5 when verify_md5 is off
+        def _check_integrity(self) -> bool:
             if verify_md5:
                 return super()._check_integrity()
             base = Path(self.root) / self.base_folder

@@ -7,10 +7,18 @@ import pytest
 import torch
 
 from datamodules.intersectional import SyntheticBenchmark
-from zoo.bggn.bias import (bias_bins, check_binary, codes, decode, group_bias, inverse_frequency_weights,
-                           read_bias_table, split_seen_unseen, write_bias_table)
-from zoo.bggn.metrics import (dcg_at_k, evaluate_generation, precision_at_k, recall_at_k, reciprocal_rank,
-                              rr_at_k)
+from zoo.bggn.bias import (
+    bias_bins,
+    check_binary,
+    codes,
+    decode,
+    group_bias,
+    inverse_frequency_weights,
+    read_bias_table,
+    split_seen_unseen,
+    write_bias_table,
+)
+from zoo.bggn.metrics import dcg_at_k, evaluate_generation, precision_at_k, recall_at_k, reciprocal_rank, rr_at_k
 from zoo.errors import ZooError
 
 

@@ -5,12 +5,22 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from zoo.bggn.bias import all_combinations, codes, one_hot
 from zoo.bggn.networks import Decoder, Encoder
-from zoo.bggn.objective import (BGGNConfig, attribute_entropy, encoder_refit_loss, gaussian_kl, log_prob, neg_log_q,
-                                reinforce_loss, sampled_term, topk_mask, training_combination_term, update_baseline)
+from zoo.bggn.objective import (
+    BGGNConfig,
+    attribute_entropy,
+    encoder_refit_loss,
+    gaussian_kl,
+    log_prob,
+    neg_log_q,
+    reinforce_loss,
+    sampled_term,
+    topk_mask,
+    training_combination_term,
+    update_baseline,
+)
 from zoo.errors import ZooError
 
 
@@ -112,7 +122,7 @@ def test_bggn_terms_run_in_both_forms_and_refuse_small_batches():
     d, D = 4, 6
     enc, dec = Encoder(d, D, 16), Decoder(d, D, 16)
     bank = codes(all_combinations(d)[:10])
-    bias_fn = lambda a: a.float().mean(-1)  # noqa: E731
+    bias_fn = lambda a: a.float().mean(-1)
     for form in ("paper", "official"):
         cfg = BGGNConfig(batch_size=8, z_resample=3, form=form)
         loss, info = sampled_term(dec, enc, bias_fn, bank, cfg, 0.0, D)

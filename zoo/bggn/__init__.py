@@ -5,10 +5,24 @@ Read top-down: `bias` (L_f(a), held-out split) -> `networks` (predictor, encoder
 (the four Lightning phases: classifier f, predictor, VAE, BGGN; the search-tree baseline)."""
 
 from zoo.bggn.bias import BiasTable, group_bias, one_hot, split_seen_unseen
+from zoo.bggn.module import BGGNModule, BiasClassifierModule, BiasPredictorModule, SearchTreeModule, VAEModule
 from zoo.bggn.networks import BiasPredictor, Decoder, Encoder
 from zoo.bggn.objective import BGGNConfig, neg_log_q, reinforce_loss
-from zoo.bggn.module import BGGNModule, BiasClassifierModule, BiasPredictorModule, SearchTreeModule, VAEModule
 
-__all__ = ["BiasTable", "group_bias", "one_hot", "split_seen_unseen", "BiasPredictor", "Decoder", "Encoder",
-           "BGGNConfig", "neg_log_q", "reinforce_loss", "BGGNModule", "BiasClassifierModule", "BiasPredictorModule",
-           "VAEModule", "SearchTreeModule"]
+__all__ = [
+    "BGGNConfig",
+    "BGGNModule",
+    "BiasClassifierModule",
+    "BiasPredictor",
+    "BiasPredictorModule",
+    "BiasTable",
+    "Decoder",
+    "Encoder",
+    "SearchTreeModule",
+    "VAEModule",
+    "group_bias",
+    "neg_log_q",
+    "one_hot",
+    "reinforce_loss",
+    "split_seen_unseen",
+]

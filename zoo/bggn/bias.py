@@ -8,9 +8,8 @@ what they find among both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
-
 from pathlib import Path
 
 import numpy as np

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import lightning as L
-import numpy as np
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -24,9 +23,15 @@ from torch import nn
 from zoo.bggn.bias import codes, decode, group_bias, one_hot, write_bias_table
 from zoo.bggn.metrics import evaluate_generation
 from zoo.bggn.networks import BiasPredictor, Decoder, Encoder
+from zoo.bggn.objective import (
+    BGGNConfig,
+    encoder_refit_loss,
+    reparameterize,
+    sampled_term,
+    training_combination_term,
+    vae_loss,
+)
 from zoo.bggn.search_tree import relaxed_search_tree
-from zoo.bggn.objective import (BGGNConfig, encoder_refit_loss, reparameterize, sampled_term,
-                                training_combination_term, vae_loss)
 from zoo.errors import ZooError
 from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
 from zoo.rundir import newest_match

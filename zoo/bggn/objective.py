@@ -21,10 +21,10 @@ where the encoder's −log q_φ(z|a) is the entropy surrogate (λ = ``neglog_coe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Literal, Optional
-
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Optional
 
 import torch
 import torch.nn.functional as F
