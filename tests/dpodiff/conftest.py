@@ -19,8 +19,10 @@ def stack64():
 
 
 @pytest.fixture(scope="session")
-def tokenizer(stack64):
-    return stack64.tokenizer
+def tokenizer():
+    from zoo.dpodiff.stack import clip_tokenizer_from_open_clip
+
+    return clip_tokenizer_from_open_clip()
 
 
 def debian_wordnet() -> bool:
