@@ -74,6 +74,11 @@ def test_local_training_patches_are_grey_luma_and_resume_exactly(local_data):
     assert not torch.equal(dm._train[1 + 4][1], clean)
     batch = next(iter(dm.train_dataloader()))
     assert batch[0].shape == (2, 1, 16, 16)
+    colour = RestorationDataModule(source="local", train_dir=str(local_data / "DIV2K_train_HR"),
+                                   test_dir=str(local_data / "Set12"), channels=3, patch_size=16, batch_size=2,
+                                   samples_per_epoch=4)
+    colour.setup("fit")
+    assert colour._train[0][1].shape == (3, 16, 16)  # colour keeps the RGB planes
 
 
 def test_local_deblur_test_set_is_blur_plus_noise(local_data):
