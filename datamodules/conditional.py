@@ -35,6 +35,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from zoo.data import train_loader
 from zoo.errors import ZooError
 from zoo.gentle import simulators as sim
 
@@ -309,7 +310,8 @@ class ConditionalDataModule(L.LightningDataModule):
             xs = (train[list(self.schema.x)].to_numpy() - self.x_mean) / self.x_std
             ys = (train[self.schema.y].to_numpy() - self.y_mean) / self.y_std
             ds = TensorDataset(torch.as_tensor(ys, dtype=torch.float32), torch.as_tensor(xs, dtype=torch.float32))
-        return DataLoader(ds, batch_size=hp.batch_size, shuffle=True, num_workers=hp.num_workers)
+        # stateful seeded shuffle (zoo.data): a run resumed mid-epoch continues with the same order
+        return train_loader(ds, hp.batch_size, shuffle=True, num_workers=hp.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:
         self.setup()
