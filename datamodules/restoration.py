@@ -196,7 +196,8 @@ class NoisyPatches(Dataset):
         clean = augment(img[:, top:top + p, left:left + p], int(rng.integers(0, 8)))
         sigma = float(rng.uniform(self.sigma_min, self.sigma_max))
         noisy = clean + sigma * rng.standard_normal(clean.shape).astype(np.float32)
-        return torch.from_numpy(noisy.astype(np.float32)), torch.from_numpy(clean), torch.tensor(sigma, dtype=torch.float32)
+        sigma_t = torch.tensor(sigma, dtype=torch.float32)
+        return torch.from_numpy(noisy.astype(np.float32)), torch.from_numpy(clean), sigma_t
 
 
 class _EpochPatchSampler(EpochSampler):

@@ -82,7 +82,8 @@ def test_local_training_patches_are_grey_luma_and_resume_exactly(local_data):
 
 
 def test_local_deblur_test_set_is_blur_plus_noise(local_data):
-    dm = RestorationDataModule(source="local", test_dir=str(local_data / "Set12"), kernels_path=str(local_data / "kernels"),
+    dm = RestorationDataModule(source="local", test_dir=str(local_data / "Set12"),
+                               kernels_path=str(local_data / "kernels"),
                                task="deblur", noise_sigma=0.05)
     dm.setup("test")
     items = [dm._test[i] for i in range(len(dm._test))]
@@ -104,7 +105,8 @@ def test_skimage_source_with_synthetic_kernels_for_every_task():
         if task == "sisr":
             assert it["observed"].shape == (1, 16, 16)
         if task == "poisson":  # counts / peak
-            np.testing.assert_allclose((it["observed"] * 10).numpy(), np.round((it["observed"] * 10).numpy()), atol=1e-5)
+            counts = (it["observed"] * 10).numpy()
+            np.testing.assert_allclose(counts, np.round(counts), atol=1e-5)
         if task in ("deblur", "sisr"):
             assert len(dm._test) == 4 and dm.kernel_source.startswith("synthetic")
             assert abs(float(it["kernel"].sum()) - 1) < 1e-5

@@ -63,7 +63,7 @@ def test_poisson_prox_is_the_numeric_minimiser():
     rng = np.random.default_rng(0)
     for _ in range(6):
         z, f, lam = rng.uniform(-0.5, 1.5), rng.uniform(0.0, 2.0), rng.uniform(0.05, 2.0)
-        obj = lambda u: 0.5 * (u - z) ** 2 + lam * (u - f * np.log(u))  # noqa: E731
+        obj = lambda u, z=z, f=f, lam=lam: 0.5 * (u - z) ** 2 + lam * (u - f * np.log(u))  # noqa: E731
         num = minimize_scalar(obj, bounds=(1e-12, 10.0), method="bounded", options={"xatol": 1e-12}).x
         ours = float(poisson_prox(torch.tensor(z, dtype=torch.float64), torch.tensor(f, dtype=torch.float64), lam))
         assert ours == pytest.approx(num, abs=1e-7)

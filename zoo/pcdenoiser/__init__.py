@@ -6,8 +6,7 @@ blur + decimation, Poisson prox), `solvers` (Ishikawa / Picard, PnPI-GD/HQS/FBS 
 `module` (Lightning).
 """
 
-from zoo.pcdenoiser.jacobian import (jacobian_spectral_norm_sq, spc_operator, spc_penalty,
-                                     sym_jacobian_lambda_max)
+from zoo.pcdenoiser.jacobian import jacobian_spectral_norm_sq, spc_operator, spc_penalty, sym_jacobian_lambda_max
 from zoo.pcdenoiser.module import PCDenoiserModule
 from zoo.pcdenoiser.operators import BlurDownsample, CircularBlur, check_kernel, least_squares_grad, poisson_prox
 from zoo.pcdenoiser.restore import PnPConfig, restore

@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
 
-
 SSIM_CROP = 5  # (11 - 1) / 2
 
 

@@ -257,7 +257,7 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
                 vals = torch.cat([r[key] for r in self._test_rows])
                 self.log(f"test/{key}_median", vals.median())
                 self.log(f"test/{key}_max", vals.max())
-                self.log(f"test/pc_fraction" if key == "lambda_max_sym" else "test/spc_fraction",
+                self.log("test/pc_fraction" if key == "lambda_max_sym" else "test/spc_fraction",
                          (vals <= 1.0).to(torch.float64).mean())
         if self._curves:
             psnr_curve = torch.stack([c["psnr"] for c in self._curves]).mean(0)
@@ -277,7 +277,7 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
         with path.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["iter", "psnr_mean", "relative_change_mean"])
-            for i, (p, r) in enumerate(zip(psnr_curve.tolist(), res_curve.tolist())):
+            for i, (p, r) in enumerate(zip(psnr_curve.tolist(), res_curve.tolist(), strict=True)):
                 w.writerow([i + 1, f"{p:.6f}", f"{r:.6e}"])
         rank_zero_info(f"PCDenoiserModule: PSNR and residual curves in {path}")
 

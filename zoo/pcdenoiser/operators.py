@@ -86,7 +86,8 @@ def least_squares_grad(op, u: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
 
 def check_poisson_observation(f: torch.Tensor) -> None:
     if not bool(torch.isfinite(f).all()) or float(f.min()) < 0:
-        raise ZooError(f"Poisson observations must be finite and non-negative (counts / peak), min is {float(f.min()):.4g}")
+        raise ZooError(f"Poisson observations must be finite and non-negative (counts / peak), "
+                       f"min is {float(f.min()):.4g}")
 
 
 def poisson_prox(z: torch.Tensor, f: torch.Tensor, lam: float) -> torch.Tensor:

@@ -17,8 +17,13 @@ import torch.nn.functional as F
 
 from zoo.errors import ZooError
 from zoo.pcdenoiser.metrics import psnr
-from zoo.pcdenoiser.operators import (BlurDownsample, CircularBlur, check_poisson_observation, least_squares_grad,
-                                      poisson_prox)
+from zoo.pcdenoiser.operators import (
+    BlurDownsample,
+    CircularBlur,
+    check_poisson_observation,
+    least_squares_grad,
+    poisson_prox,
+)
 from zoo.pcdenoiser.solvers import FixedPointRun, make_operator, picard, pnp_ishikawa
 
 Task = Literal["deblur", "sisr", "poisson"]
