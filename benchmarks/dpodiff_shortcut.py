@@ -73,7 +73,9 @@ def main() -> None:
     feats = clip_text_features(stack, "a photo of a dog")
     cond0, uncond0 = text_embeds(stack, "a photo of a dog").detach(), text_embeds(stack, "").detach()
     z = torch.randn((1, *stack.latent_shape), generator=torch.Generator().manual_seed(0)).to(a.device)
-    rows = []
+    print(f"device={a.device} stack={'quick' if a.quick else 'mid'} steps={a.steps} reps={reps} torch={torch.__version__}")
+    print("| t | shortcut s | full (ckpt) s | time ratio | shortcut MiB | full MiB | memory ratio |")
+    print("|---|---|---|---|---|---|---|", flush=True)
     for t in ts:
         res = {}
         for mode in ("shortcut", "full"):
@@ -88,13 +90,9 @@ def main() -> None:
                 times.append(dt)
                 mems.append(mb)
             res[mode] = (statistics.median(times), max(times) - min(times), statistics.median(mems))
-        rows.append((t, res))
-    print(f"device={a.device} stack={'quick' if a.quick else 'mid'} steps={a.steps} reps={reps} torch={torch.__version__}")
-    print("| t | shortcut s | full (ckpt) s | time ratio | shortcut MiB | full MiB | memory ratio |")
-    print("|---|---|---|---|---|---|---|")
-    for t, r in rows:
-        (ts_, _, ms), (tf, _, mf) = r["shortcut"], r["full"]
-        print(f"| {t} | {ts_:.3f} | {tf:.3f} | {tf / ts_:.2f} | {ms:.1f} | {mf:.1f} | {mf / max(ms, 1e-9):.2f} |")
+        (ts_, _, ms), (tf, _, mf) = res["shortcut"], res["full"]
+        print(f"| {t} | {ts_:.3f} | {tf:.3f} | {tf / ts_:.2f} | {ms:.1f} | {mf:.1f} | {mf / max(ms, 1e-9):.2f} |",
+              flush=True)
 
 
 if __name__ == "__main__":
