@@ -45,9 +45,11 @@ def eval_results(summary: dict[str, Any], data: ModelCardData) -> list[EvalResul
         picked = {k: v for k, v in metrics.items() if k.startswith(prefix)}
         if picked:
             split = SPLITS[prefix.rstrip("/")]
+            # the split is dataset.split; a metric's own path (test/degmfp/ratio) becomes a dotted type
             return [
                 EvalResult(task_type=task, dataset_type=dataset_type, dataset_name=dataset_name, dataset_split=split,
-                           metric_type=k[len(prefix):], metric_name=k[len(prefix):].replace("_", " "),
+                           metric_type=k[len(prefix):].replace("/", "."),
+                           metric_name=k[len(prefix):].replace("/", " ").replace("_", " "),
                            metric_value=round(float(v), 6))
                 for k, v in sorted(picked.items())
             ]

@@ -118,3 +118,18 @@ def test_progress_bar_counts_batches_against_batches():
     assert bar.total_train_batches == 4
     trainer.max_steps = -1
     assert bar.total_train_batches == 100
+
+
+def test_model_index_metric_types_are_readable_with_the_split_apart():
+    from huggingface_hub import ModelCardData
+
+    from zoo.cards import eval_results
+
+    summary = {"test": {"test/exact_match": 0.5, "test/degmfp/ratio": 1.7, "val/loss": 2.0},
+               "card_metadata": {"datasets": [], "data_source": "embedded: seeded graphs"}}
+    results = eval_results(summary, ModelCardData())
+    assert [(r.metric_type, r.dataset_split, r.metric_value) for r in results] == [
+        ("degmfp.ratio", "test", 1.7), ("exact_match", "test", 0.5)]
+    assert results[0].dataset_name == "embedded: seeded graphs" and results[0].dataset_type == "zoo-embedded"
+    fit_only = eval_results({"fit": {"train/loss": 0.25}}, ModelCardData())
+    assert [(r.metric_type, r.dataset_split) for r in fit_only] == [("loss", "train")]
