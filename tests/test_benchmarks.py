@@ -75,3 +75,21 @@ def test_unlearning_el_rows_agree_with_the_reference_loop():
     rows = table_rows(out)[1:]
     assert len(rows) == 9 and {r[0] for r in rows} == {"fresh (unseen-like)", "partly memorized", "memorized"}
     assert all(float(r[-1]) == 0.0 for r in rows)  # every method gives the reference's EL_n exactly
+
+
+# Every other benchmark (the later papers') has a `--quick` miniature; each must run and print its table.
+TESTED_ABOVE = {"diffoas_generation", "dpformer_clipping", "rosa_train_step", "score_objectives", "cruxeval_scoring",
+                "unlearning_el"}
+QUICK = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in TESTED_ABOVE and "--quick" in p.read_text())
+
+
+def test_every_benchmark_is_run_by_this_file():
+    untested = [p.stem for p in BENCH.glob("*.py") if p.stem not in TESTED_ABOVE and p.stem not in QUICK]
+    assert not untested, f"benchmarks without a --quick miniature tested here: {untested}"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", QUICK)
+def test_quick_benchmark_prints_its_table(script):
+    rows = table_rows(run(f"{script}.py", "--quick", timeout=280))
+    assert len(rows) >= 2 and any(any(ch.isdigit() for ch in cell) for r in rows[1:] for cell in r), rows[:3]

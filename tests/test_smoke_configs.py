@@ -14,6 +14,7 @@ CASES = [(p, stem) for p in PAPERS.values() if p.status != "planned" for stem in
          if p.config_path(stem, smoke=True).exists()]
 
 
+@pytest.mark.timeout(600)  # a hang guard: the first config of a session also pays the imports, slow on a busy machine
 @pytest.mark.parametrize("paper, stem", CASES, ids=[s for _, s in CASES])
 def test_smoke_config_end_to_end(in_tmp, paper, stem):
     cfg = str(paper.config_path(stem, smoke=True))

@@ -33,6 +33,7 @@ def test_every_sweep_file_parses(path, tmp_path):
     validate(tasks)  # every stage's overrides against the real config parser, nothing instantiated
 
 
+@pytest.mark.timeout(600)  # a hang guard: each point is a real `zoo` subprocess, slow on a busy machine
 @pytest.mark.parametrize("paper, stem", SMOKE, ids=[s for _, s in SMOKE])
 def test_smoke_sweep_end_to_end(in_tmp, paper, stem, capsys):
     f = paper.sweep_path(stem, smoke=True)
