@@ -47,47 +47,46 @@ class FixedPointRun:
     residuals: list[torch.Tensor] = field(default_factory=list)  # ||u_{k+1} - u_k|| / ||u_k|| per sample
 
 
+def _fixed_point(step: Callable[[torch.Tensor, int, Callable], torch.Tensor], u0: torch.Tensor, iters: int,
+                 clamp: Optional[tuple[float, float]], callback: Optional[Callable[[int, torch.Tensor], None]]
+                 ) -> FixedPointRun:
+    """The loop both schemes share: u_{k+1} = step(u_k, k, project), the per-sample relative change recorded."""
+    if iters < 1:
+        raise ZooError(f"iterations must be at least 1, got {iters}")
+
+    def project(x: torch.Tensor) -> torch.Tensor:
+        return x if clamp is None else x.clamp(*clamp)
+
+    run, u = FixedPointRun(u0), u0
+    for k in range(iters):
+        new = step(u, k, project)
+        run.residuals.append(_relative_change(new, u))
+        u = new
+        if callback is not None:
+            callback(k, u)
+    run.u = u
+    return run
+
+
 def pnp_ishikawa(T: Operator, u0: torch.Tensor, iters: int, a: float, b: float,
                  clamp: Optional[tuple[float, float]] = None,
                  callback: Optional[Callable[[int, torch.Tensor], None]] = None) -> FixedPointRun:
     """Ishikawa iteration from u0; `clamp` projects v_k and u_{k+1} onto a box (official PnPI-GD clamps both to
     the image range); `callback(k, u_{k+1})` sees every iterate."""
     check_exponents(a, b)
-    if iters < 1:
-        raise ZooError(f"iterations must be at least 1, got {iters}")
-    run, u = FixedPointRun(u0), u0
-    for k in range(iters):
+
+    def step(u, k, project):
         alpha, beta = ishikawa_steps(k, a, b)
-        v = (1 - beta) * u + beta * T(u, k)
-        if clamp is not None:
-            v = v.clamp(*clamp)
-        new = (1 - alpha) * u + alpha * T(v, k)
-        if clamp is not None:
-            new = new.clamp(*clamp)
-        run.residuals.append(_relative_change(new, u))
-        u = new
-        if callback is not None:
-            callback(k, u)
-    run.u = u
-    return run
+        v = project((1 - beta) * u + beta * T(u, k))
+        return project((1 - alpha) * u + alpha * T(v, k))
+
+    return _fixed_point(step, u0, iters, clamp, callback)
 
 
 def picard(T: Operator, u0: torch.Tensor, iters: int, clamp: Optional[tuple[float, float]] = None,
            callback: Optional[Callable[[int, torch.Tensor], None]] = None) -> FixedPointRun:
     """Plain PnP: u_{k+1} = T(u_k) (the comparison of the paper)."""
-    if iters < 1:
-        raise ZooError(f"iterations must be at least 1, got {iters}")
-    run, u = FixedPointRun(u0), u0
-    for k in range(iters):
-        new = T(u, k)
-        if clamp is not None:
-            new = new.clamp(*clamp)
-        run.residuals.append(_relative_change(new, u))
-        u = new
-        if callback is not None:
-            callback(k, u)
-    run.u = u
-    return run
+    return _fixed_point(lambda u, k, project: project(T(u, k)), u0, iters, clamp, callback)
 
 
 Solver = Literal["gd", "hqs", "fbs"]
