@@ -64,12 +64,8 @@ def jacobian_spectral_norm_sq(f: Callable[[torch.Tensor], torch.Tensor], x: torc
         x = x.detach().clone().requires_grad_(True)
         u0 = None if u0 is None else u0.clone()
         y = f(x)
-        u = _start(x, u0)
-        z = x.new_zeros(x.shape[0])
-        for _ in range(iters):
-            v = vjp(y, x, jvp(y, x, u, create_graph), create_graph)  # J^T J u
-            z = _dot(u, v) / _dot(u, u)
-            u = v / _per_sample_norm(v).clamp_min(torch.finfo(v.dtype).tiny)
+        z = _rayleigh_power(lambda u: vjp(y, x, jvp(y, x, u, create_graph), create_graph),  # J^T J u
+                            _start(x, u0), iters)
     return z if create_graph else z.detach()
 
 
