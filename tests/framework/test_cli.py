@@ -115,7 +115,10 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(in_tmp, toy_config, capsy
 def test_list_filters(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "rosa" in out and "moment" in out and "planned" in out
+    assert "rosa" in out and "moment" in out and "in progress" in out and "implemented" in out
+    assert main(["list", "--status", "in progress"]) == 0
+    out = capsys.readouterr().out
+    assert "moment" in out and "rosa" not in out
     assert main(["list", "--pattern", "gsm8k"]) == 0
     out = capsys.readouterr().out
     assert "rosa" in out and "moment" not in out
