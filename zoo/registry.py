@@ -239,7 +239,7 @@ PAPERS: dict[str, Paper] = {
             "Intersectional Unfairness Discovery",
             _arxiv("2405.20790"),
             "github.com/xugezheng/BGGN",
-            status="in progress",
+            status="implemented",
             modules=("zoo.bggn.BiasClassifierModule", "zoo.bggn.BiasPredictorModule", "zoo.bggn.VAEModule",
                      "zoo.bggn.BGGNModule", "zoo.bggn.SearchTreeModule"),
             datamodules=("datamodules.intersectional.IntersectionalSamplesDataModule",
