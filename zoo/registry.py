@@ -204,7 +204,7 @@ PAPERS: dict[str, Paper] = {
             "Combinatorial Approximations for Cluster Deletion: Simpler, Faster, and Better",
             _arxiv("2404.16131"),
             "github.com/vibalcam/combinatorial-cluster-deletion",
-            status="in progress",
+            status="implemented",
             modules=("zoo.clusterdel.ClusterDeletionEval",),
             datamodules=("datamodules.graphs.GraphDataModule",),
             configs=("clusterdel_snap", "clusterdel_smallgraphs"),
