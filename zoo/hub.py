@@ -214,6 +214,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return payload
 
 
+def check_state_fits(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor], what: str, hint: str = "") -> None:
+    """Refuse weights that do not fit a module exactly (every weight present, none extra, same shapes), naming the
+    counts and one example: a silent partial load would train or score a different model."""
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    reshaped = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if missing or unexpected or reshaped:
+        raise ZooError(f"{what} does not fit this model: {len(missing)} missing, {len(unexpected)} unexpected, "
+                       f"{len(reshaped)} differently shaped weights (e.g. {(reshaped or missing or unexpected)[0]})"
+                       + (f"; {hint}" if hint else ""))
+
+
 # -- commands ------------------------------------------------------------------------------------------
 
 def module_from_run(run_dir: str | Path, checkpoint: str = "last"):

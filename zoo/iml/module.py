@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.errors import ZooError
-from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
+from zoo.hub import WEIGHTS, HubMixin, check_state_fits, load_checkpoint, load_state_dict_file
 from zoo.lm import build_causal_lm, linear_warmup_decay, load_tokenizer, right_pad
 from zoo.rundir import newest_match
 
@@ -138,14 +138,7 @@ class IMLModule(HubMixin, L.LightningModule):
             path = resolve_init_path(self.hparams.init_from)  # once: a glob could pick a newer run later
             state = load_init_state(str(path))
             self.prepare_state_dict_load(state)
-            own = self.state_dict()
-            missing = [k for k in own if k not in state]
-            unexpected = [k for k in state if k not in own]
-            reshaped = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
-            if missing or unexpected or reshaped:
-                raise ZooError(f"init_from {self.hparams.init_from!r} does not fit this model: {len(missing)} "
-                               f"missing, {len(unexpected)} unexpected, {len(reshaped)} differently shaped weights "
-                               f"(e.g. {(reshaped or missing or unexpected)[0]})")
+            check_state_fits(self.state_dict(), state, f"init_from {self.hparams.init_from!r}")
             self.load_state_dict(state)
             rank_zero_info(f"IMLModule: initialised from {path}")
 

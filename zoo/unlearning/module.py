@@ -39,7 +39,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from zoo.errors import ZooError
-from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
+from zoo.hub import WEIGHTS, HubMixin, check_state_fits, load_checkpoint, load_state_dict_file
 from zoo.lm import build_causal_lm
 from zoo.rundir import newest_match
 from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, select_for_ascent, snapshot, task_arithmetic
@@ -80,14 +80,7 @@ def load_lm_weights(lm: torch.nn.Module, path: str, what: str) -> Path:
     state = load_state_dict_file(p) if p.suffix == ".safetensors" else load_checkpoint(p)["state_dict"]
     prefix = "model."
     weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-    own = lm.state_dict()
-    missing = [k for k in own if k not in weights]
-    unexpected = [k for k in weights if k not in own]
-    reshaped = [k for k in own if k in weights and tuple(weights[k].shape) != tuple(own[k].shape)]
-    if missing or unexpected or reshaped:
-        raise ZooError(f"{what} {path!r} does not fit this model: {len(missing)} missing, {len(unexpected)} "
-                       f"unexpected, {len(reshaped)} differently shaped weights "
-                       f"(e.g. {(reshaped or missing or unexpected)[0]}); give the same `model` as that run")
+    check_state_fits(lm.state_dict(), weights, f"{what} {path!r}", "give the same `model` as that run")
     lm.load_state_dict(weights)
     return p
 
