@@ -27,19 +27,7 @@ import torch
 
 from zoo.gfnpg import GFNPGModule, Hypergrid
 from zoo.gfnpg.sampling import mlp
-
-
-def saved_bytes(fn) -> int:
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
+from _memory import saved_bytes  # noqa: E402 - the sibling helper of the benchmark scripts
 
 
 def ours(variant: str, env, pf_init, args, device):

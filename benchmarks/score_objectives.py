@@ -20,20 +20,7 @@ import torch.nn.functional as F
 from pytorch_metric_learning.losses import SupConLoss
 
 from zoo.score.losses import OBJECTIVES, score_loss
-
-
-def saved_bytes(fn) -> int:
-    """Bytes of the distinct storages autograd keeps for the backward pass of fn()."""
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
+from _memory import saved_bytes  # noqa: E402 - the sibling helper of the benchmark scripts
 
 
 def time_round_robin(fns, z, reps: int, device) -> list[float]:
