@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.bymi.attacks import (ATTACKS, DATA_ATTACKS, choose_byzantine, ipm, ood_features, ood_half_means,
+from zoo.bymi.attacks import (ATTACKS, choose_byzantine, ipm, ood_features, ood_half_means,
                               random_gradient, unit_direction)
 from zoo.bymi.baselines import faba, krum, removal_count, rmdp_bh, zeno
 from zoo.bymi.identify import bymi

@@ -12,7 +12,7 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 from zoo.errors import ZooError
 

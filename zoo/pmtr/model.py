@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from zoo.errors import ZooError
-from zoo.pmtr.geometry import apply_transform, build_pyramid
+from zoo.pmtr.geometry import build_pyramid
 from zoo.pmtr.kpconv import KPConvFPN
 from zoo.pmtr.loss import coarse_matching_loss, fine_matching_loss
 from zoo.pmtr.matching import (LearnableLogOptimalTransport, local_global_registration, node_correspondences,

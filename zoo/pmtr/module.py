@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from typing import Optional
 
 import lightning as L
 import torch
