@@ -16,8 +16,9 @@ rotations, sigma ~ U[sigma_min, sigma_max] (official DatasetFDnCNN: DIV2K, 64 px
 item's randomness comes from (seed, epoch, index) (`_EpochPatchSampler`), so a resumed run sees the same patches.
 Evaluation items are dicts: ``clean``, ``observed``, ``kernel``, ``kernel_index``, ``task``, ``sf``,
 ``noise_sigma``, ``name``. Tasks: ``denoise`` (Gaussian noise), ``deblur`` (circular blur + Gaussian noise, no
-clipping, as the official ``gen_data``), ``poisson`` (Poisson(peak x) / peak), ``sisr`` (blur, keep every sf-th
-pixel, Gaussian noise).
+clipping, as the official ``gen_data``), ``poisson`` (Poisson(peak x) / peak), ``poisson_deblur`` (Poisson(peak K x)
+/ peak, the official ``PnP_main_PnPIHQS_poisson_deblur.py``), ``sisr`` (blur, keep every sf-th pixel, Gaussian
+noise).
 """
 
 from __future__ import annotations
@@ -230,10 +231,12 @@ class RestorationDataModule(L.LightningDataModule):
     channels: 1 (grey, the paper's Set12 experiments) or 3.
     patch_size, batch_size, sigma_min, sigma_max: training patches (official 64, 32, 0 and 60/255).
     samples_per_epoch: patches per epoch (None: one per training image, as the official dataset).
-    task: evaluation task of the test set (``denoise``, ``deblur``, ``poisson``, ``sisr``).
+    task: evaluation task of the test set (``denoise``, ``deblur``, ``poisson``, ``poisson_deblur``, ``sisr``).
     noise_sigma: Gaussian noise of the test observations in [0, 1] units (official 12.75/255 or 17.85/255).
     val_sigma: noise of the validation denoising set (official sigma_test 25/255).
-    peak: Poisson peak (official 20, 15, 10). sf: SISR scale factor (official 2).
+    peak: Poisson peak (official denoising 20, 15, 10; deblurring 100, 50). sf: SISR scale factor (official 2).
+    crop_multiple: crop evaluation images (top-left) to a multiple of this size (official ``cut8.m``: 8, so that
+        DRUNet's 3 down-samplings fit BSD68's 481x321); None keeps them whole.
     n_synthetic_kernels, synthetic_kernel_size: the seeded kernels used without kernels_path.
     max_test_images: keep only the first images of the test set (quick runs).
     seed: seed of the patches, the test noise and the synthetic kernels.
@@ -256,11 +259,12 @@ class RestorationDataModule(L.LightningDataModule):
         sigma_min: float = 0.0,
         sigma_max: float = 60 / 255,
         samples_per_epoch: Optional[int] = None,
-        task: Literal["denoise", "deblur", "poisson", "sisr"] = "denoise",
+        task: Literal["denoise", "deblur", "poisson", "poisson_deblur", "sisr"] = "denoise",
         noise_sigma: float = 0.05,
         val_sigma: float = 25 / 255,
         peak: float = 20.0,
         sf: int = 2,
+        crop_multiple: Optional[int] = None,
         n_synthetic_kernels: int = 2,
         synthetic_kernel_size: int = 15,
         max_test_images: Optional[int] = None,
@@ -282,8 +286,10 @@ class RestorationDataModule(L.LightningDataModule):
             raise ZooError(f"Poisson peak must be > 0, got {peak}")
         if patch_size < 8 or batch_size < 1:
             raise ZooError(f"patch_size must be >= 8 and batch_size >= 1, got {patch_size}, {batch_size}")
-        if task not in ("denoise", "deblur", "poisson", "sisr"):
-            raise ZooError(f"unknown task {task!r}: choose denoise, deblur, poisson or sisr")
+        if task not in ("denoise", "deblur", "poisson", "poisson_deblur", "sisr"):
+            raise ZooError(f"unknown task {task!r}: choose denoise, deblur, poisson, poisson_deblur or sisr")
+        if crop_multiple is not None and crop_multiple < 1:
+            raise ZooError(f"crop_multiple must be >= 1 (or null), got {crop_multiple}")
         self.channels = channels
         self._train: Optional[Dataset] = None
         self._val: Optional[Dataset] = None
@@ -301,6 +307,18 @@ class RestorationDataModule(L.LightningDataModule):
             return [(f.name, read_image(f, hp.channels)) for f in files]
         names = hp.skimage_val if role == "val" else hp.skimage_test
         return [(n, skimage_image(n, hp.channels, hp.image_size)) for n in names]
+
+    def _crop(self, images: list[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
+        m = self.hparams.crop_multiple
+        if not m:
+            return images
+        out = []
+        for n, img in images:
+            h, w = img.shape[-2] // m * m, img.shape[-1] // m * m
+            if h == 0 or w == 0:
+                raise ZooError(f"image {n} ({img.shape[-2]}x{img.shape[-1]}) is smaller than crop_multiple {m}")
+            out.append((n, img[..., :h, :w]))
+        return out
 
     def _kernels(self) -> list[np.ndarray]:
         hp = self.hparams
@@ -331,6 +349,12 @@ class RestorationDataModule(L.LightningDataModule):
             x = x[..., : h - h % hp.sf, : w - w % hp.sf]  # modcrop
             low = BlurDownsample(k, tuple(x.shape[-2:]), hp.sf).A(x)
             obs = low + sigma * torch.from_numpy(rng.standard_normal(low.shape))
+        elif hp.task == "poisson_deblur":
+            check_kernel(k, tuple(x.shape[-2:]))
+            sigma = 0.0
+            # K x >= 0 up to FFT round-off (~1e-17), which numpy's Poisson sampler refuses: clip it to 0
+            blurred = CircularBlur(k, tuple(x.shape[-2:])).A(x).clamp_min(0.0)
+            obs = torch.from_numpy(rng.poisson(blurred.numpy() * hp.peak) / hp.peak)
         else:  # poisson
             sigma = 0.0
             obs = torch.from_numpy(rng.poisson(x.numpy() * hp.peak) / hp.peak)
@@ -339,6 +363,7 @@ class RestorationDataModule(L.LightningDataModule):
 
     def _eval_set(self, images: list[tuple[str, np.ndarray]], role: str) -> ListDataset:
         hp = self.hparams
+        images = self._crop(images)
         if role == "val" or hp.task in ("denoise", "poisson"):
             items = []
             for i, (n, img) in enumerate(images):
@@ -402,9 +427,13 @@ class RestorationDataModule(L.LightningDataModule):
         task = {"denoise": f"denoising at sigma {hp.noise_sigma:.4g}",
                 "deblur": f"deblurring, noise sigma {hp.noise_sigma:.4g}, kernels: {self.kernel_source}",
                 "poisson": f"Poisson denoising at peak {hp.peak:g}",
+                "poisson_deblur": f"Poisson deblurring at peak {hp.peak:g}, kernels: {self.kernel_source}",
                 "sisr": f"x{hp.sf} super-resolution, noise sigma {hp.noise_sigma:.4g}, kernel: {self.kernel_source}"}
         if hp.source == "local":
-            return {"datasets": ["DIV2K", "Set12"],
+            # the sets this run reads: DIV2K for training, the test folder's name (Set12, or BSD68_cut for the
+            # official Poisson deblurring) for evaluation
+            used = (["DIV2K"] if hp.train_dir else []) + [Path(d).name for d in (hp.val_dir, hp.test_dir) if d]
+            return {"datasets": list(dict.fromkeys(used)),
                     "data_source": f"local: training {hp.train_dir}, test {hp.test_dir}; test task {task[hp.task]}"}
         return {"data_source": f"embedded: scikit-image images ({', '.join(hp.skimage_train)} for training, "
                                f"{len(hp.skimage_test)} for testing) at {hp.image_size} px; test task {task[hp.task]}"}

@@ -92,11 +92,32 @@ def test_local_deblur_test_set_is_blur_plus_noise(local_data):
     blurred = CircularBlur(it["kernel"].double(), (32, 32)).A(it["clean"][None].double())[0]
     noise = (it["observed"].double() - blurred).std()
     assert 0.04 < float(noise) < 0.06
-    assert dm.card_metadata()["datasets"] == ["DIV2K", "Set12"]
+    assert dm.card_metadata()["datasets"] == ["Set12"]  # a test-only run reads no DIV2K
+
+
+def test_local_poisson_deblurring_of_an_uncut_image_cropped_to_a_multiple_of_8(local_data):
+    """BSD68 images are 481x321 (the official script reads BSD68 cut to multiples of 8 by cut8.m)."""
+    rng = np.random.default_rng(1)
+    (local_data / "BSD68").mkdir()
+    Image.fromarray(rng.integers(0, 256, (41, 35), dtype=np.uint8), "L").save(local_data / "BSD68" / "test001.png")
+    dm = RestorationDataModule(source="local", test_dir=str(local_data / "BSD68"), kernels_path=str(local_data /
+                               "kernels" / "kevin_1.png"), task="poisson_deblur", peak=100.0, crop_multiple=8)
+    dm.setup("test")
+    (it,) = [dm._test[i] for i in range(len(dm._test))]
+    assert it["clean"].shape == (1, 40, 32) and it["task"] == "poisson_deblur"
+    counts = (it["observed"].double() * 100).numpy()
+    np.testing.assert_allclose(counts, np.round(counts), atol=1e-4)  # Poisson counts / peak
+    blurred = CircularBlur(it["kernel"].double(), (40, 32)).A(it["clean"][None].double())[0]
+    # E[f] = K x and Var[f] = K x / peak: the standardised residual has mean ~0 and variance ~1 over 1280 pixels
+    resid = (it["observed"].double() - blurred) / (blurred.clamp_min(1e-3) / 100).sqrt()
+    assert abs(float(resid.mean())) < 0.15 and 0.8 < float(resid.var()) < 1.2
+    assert dm.card_metadata()["datasets"] == ["BSD68"]
+    with pytest.raises(ZooError, match="crop_multiple"):
+        RestorationDataModule(source="local", crop_multiple=0)
 
 
 def test_skimage_source_with_synthetic_kernels_for_every_task():
-    for task in ("deblur", "poisson", "sisr", "denoise"):
+    for task in ("deblur", "poisson", "poisson_deblur", "sisr", "denoise"):
         dm = RestorationDataModule(source="skimage", skimage_test=["camera", "chelsea"], image_size=32, task=task,
                                    n_synthetic_kernels=2, synthetic_kernel_size=7, peak=10.0)
         dm.setup("test")
@@ -107,7 +128,10 @@ def test_skimage_source_with_synthetic_kernels_for_every_task():
         if task == "poisson":  # counts / peak
             counts = (it["observed"] * 10).numpy()
             np.testing.assert_allclose(counts, np.round(counts), atol=1e-5)
-        if task in ("deblur", "sisr"):
+        if task == "poisson_deblur":
+            counts = (it["observed"] * 10).numpy()
+            np.testing.assert_allclose(counts, np.round(counts), atol=1e-5)
+        if task in ("deblur", "sisr", "poisson_deblur"):
             assert len(dm._test) == 4 and dm.kernel_source.startswith("synthetic")
             assert abs(float(it["kernel"].sum()) - 1) < 1e-5
         assert "embedded" in dm.card_metadata()["data_source"]

@@ -1,16 +1,17 @@
-"""Forward models and data terms: FFT blur (adjoint, deepinv's BlurFFT), decimation, Poisson prox, gradients, and the
-refusals of bad kernels, sigma units and observations; PSNR / SSIM against scikit-image."""
+"""Forward models and data terms: FFT blur (adjoint, deepinv's BlurFFT), decimation, Poisson prox, the Poisson-
+deblurring prox by inner ADMM, gradients, and the refusals of bad kernels, sigma units and observations; PSNR / SSIM
+against scikit-image."""
 
 import numpy as np
 import pytest
 import torch
-from scipy.optimize import minimize_scalar
+from scipy.optimize import minimize, minimize_scalar
 
 from zoo.errors import ZooError
 from zoo.pcdenoiser import BlurDownsample, CircularBlur, check_kernel, least_squares_grad, poisson_prox
 from zoo.pcdenoiser.denoisers import check_sigma
 from zoo.pcdenoiser.metrics import psnr, ssim
-from zoo.pcdenoiser.operators import check_poisson_observation
+from zoo.pcdenoiser.operators import PoissonBlurProx, check_poisson_observation
 from zoo.pcdenoiser.restore import PnPConfig, restore
 
 
@@ -69,6 +70,72 @@ def test_poisson_prox_is_the_numeric_minimiser():
         assert ours == pytest.approx(num, abs=1e-7)
 
 
+def _poisson_blur_problem(size: int = 8, seed: int = 5):
+    """A small prox problem with an interior minimiser: z, f > 0 and a positive 3x3 kernel (so K v > 0)."""
+    g = torch.Generator().manual_seed(seed)
+    op = CircularBlur(_kernel(3, seed), (size, size))
+    z = 0.2 + 0.8 * torch.rand(1, 1, size, size, generator=g, dtype=torch.float64)
+    f = 0.3 + torch.rand(1, 1, size, size, generator=g, dtype=torch.float64)
+    return op, z, f
+
+
+def _prox_objective(op, z, f, lam):
+    """1/2 ||v - z||^2 + lam sum(K v - f log K v) and its gradient, for scipy."""
+    def obj(flat):
+        v = torch.from_numpy(flat).view(z.shape)
+        kv = op.A(v)
+        val = 0.5 * ((v - z) ** 2).sum() + lam * (kv - f * torch.log(kv)).sum()
+        return float(val), (v - z + lam * op.A_adjoint(1 - f / kv)).flatten().numpy()
+    return obj
+
+
+def test_poisson_blur_prox_admm_is_the_numeric_minimiser():
+    op, z, f = _poisson_blur_problem()
+    lam = 0.7
+    res = minimize(_prox_objective(op, z, f, lam), z.flatten().numpy(), jac=True, method="L-BFGS-B",
+                   bounds=[(1e-9, None)] * z.numel(), options={"gtol": 1e-13, "ftol": 1e-16, "maxiter": 5000})
+    assert res.x.min() > 1e-3  # interior: the bounds are inactive
+    ours = PoissonBlurProx(op, f, rho=2.0, inner_iters=100)(z, lam)  # the official rho, run to convergence
+    np.testing.assert_allclose(ours.flatten().numpy(), res.x, atol=1e-8)
+    # its optimality condition v - z + lam K^T (1 - f / K v) = 0 holds to round-off
+    grad = ours - z + lam * op.A_adjoint(1 - f / op.A(ours))
+    assert float(grad.abs().max()) < 1e-12
+    # the official 10 inner steps from the cold start f are already close; a warm-started second call is closer
+    prox10 = PoissonBlurProx(op, f, rho=2.0, inner_iters=10)
+    err1 = float((prox10(z, lam) - ours).abs().max())
+    err2 = float((prox10(z, lam) - ours).abs().max())
+    assert err2 < err1 < 1e-2
+
+
+def test_poisson_blur_prox_with_the_identity_kernel_is_the_closed_form_prox():
+    _, z, f = _poisson_blur_problem()
+    identity = CircularBlur(torch.ones(1, 1, dtype=torch.float64), tuple(z.shape[-2:]))
+    for lam in (0.05, 0.7, 3.0):
+        ours = PoissonBlurProx(identity, f, rho=2.0, inner_iters=100)(z, lam)
+        torch.testing.assert_close(ours, poisson_prox(z, f, lam), rtol=0, atol=1e-12)
+
+
+def test_poisson_blur_prox_on_the_0_255_scale_is_255_times_the_unit_scale():
+    """The official script runs on 0..255 with lam_255; ours in [0, 1] with lam_255 / 255 and the same rho."""
+    op, z, f = _poisson_blur_problem()
+    lam_255 = 700.0 / 4  # (official 700 at peak 100; a smaller value keeps this small problem interior)
+    unit = PoissonBlurProx(op, f, rho=2.0, inner_iters=10)(z, lam_255 / 255)
+    scaled = PoissonBlurProx(op, 255 * f, rho=2.0, inner_iters=10)(255 * z, lam_255)
+    torch.testing.assert_close(scaled, 255 * unit, rtol=1e-10, atol=1e-9)
+
+
+def test_poisson_blur_prox_refusals():
+    op, z, f = _poisson_blur_problem()
+    with pytest.raises(ZooError, match="Poisson observations"):
+        PoissonBlurProx(op, -f)
+    with pytest.raises(ZooError, match="rho must be > 0"):
+        PoissonBlurProx(op, f, rho=0.0)
+    with pytest.raises(ZooError, match="at least 1 iteration"):
+        PoissonBlurProx(op, f, inner_iters=0)
+    with pytest.raises(ZooError, match="lam > 0"):
+        PoissonBlurProx(op, f)(z, 0.0)
+
+
 def test_psnr_and_ssim_equal_scikit_image():
     from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
@@ -100,3 +167,26 @@ def test_bad_kernels_sigmas_and_observations_are_refused():
         restore("poisson", -torch.ones(1, 1, 4, 4), lambda x, s: x, PnPConfig(solver="hqs", a=0.8, iters=1))
     with pytest.raises(ZooError, match="scale factor"):
         BlurDownsample(_kernel(3), (9, 9), 2)
+    poisson_deblur = PnPConfig(solver="hqs", a=0.8, iters=1)
+    with pytest.raises(ZooError, match="Poisson observations"):
+        restore("poisson_deblur", -torch.ones(1, 1, 4, 4), lambda x, s: x, poisson_deblur, kernel=_kernel(3))
+    with pytest.raises(ZooError, match="needs a blur kernel"):
+        restore("poisson_deblur", torch.ones(1, 1, 4, 4), lambda x, s: x, poisson_deblur)
+    with pytest.raises(ZooError, match="use solver 'hqs'"):
+        restore("poisson_deblur", torch.ones(1, 1, 4, 4), lambda x, s: x, PnPConfig(solver="gd"), kernel=_kernel(3))
+
+
+def test_poisson_deblurring_with_an_identity_denoiser_reaches_the_maximum_likelihood_image():
+    """With D = I and an invertible K, u = K^-1 f (the maximum-likelihood image: K^T (1 - f / K u) = 0) is a fixed
+    point of T = prox_{lam F} even with the inexact 10-step inner ADMM (x = f = K u, b stays 0). Picard (linear
+    rate) reaches it; Ishikawa's decaying steps (official a, b = 0.8, 0.15) approach it."""
+    _, _, f = _poisson_blur_problem(seed=6)
+    k = 0.2 * _kernel(3, 6)
+    k[1, 1] += 0.8  # a well-conditioned blur (|otf| >= 0.6)
+    op = CircularBlur(k, tuple(f.shape[-2:]))
+    cfg = PnPConfig(solver="hqs", a=0.8, b=0.15, lam=1.0, iters=60)
+    pic, _ = restore("poisson_deblur", f, lambda x, s: x, PnPConfig(**{**cfg.__dict__, "scheme": "picard"}), kernel=k)
+    assert float(op.A_adjoint(1 - f / op.A(pic.u)).abs().max()) < 1e-10
+    torch.testing.assert_close(op.A(pic.u), f, rtol=0, atol=1e-10)
+    ish, _ = restore("poisson_deblur", f, lambda x, s: x, cfg, kernel=k)
+    assert float((ish.u - pic.u).abs().max()) < 0.1 * float((f - pic.u).abs().max())

@@ -37,6 +37,16 @@ def test_ishikawa_steps_and_a_hand_computed_first_iterate():
     torch.testing.assert_close(run.u, (1 - al) * u + al * T_affine(v, 1), rtol=1e-15, atol=0)
 
 
+def test_the_official_poisson_deblurring_outer_step_uses_beta_twice():
+    u0 = torch.tensor([[0.3, 0.7]], dtype=torch.float64)
+    run = pnp_ishikawa(T_affine, u0, 2, a=0.8, b=0.15, outer="beta")
+    u, (_, be) = T_affine(T_affine(u0, 0), 0), ishikawa_steps(1, 0.8, 0.15)  # k = 0: a step of 1 either way
+    v = (1 - be) * u + be * T_affine(u, 1)
+    torch.testing.assert_close(run.u, (1 - be) * u + be * T_affine(v, 1), rtol=1e-15, atol=0)
+    with pytest.raises(ZooError, match="outer step"):
+        pnp_ishikawa(T_affine, u0, 2, a=0.8, b=0.15, outer="gamma")
+
+
 @pytest.mark.parametrize("a,b,match", [(0.15, 0.3, "0 < b < a"), (0.3, 0.3, "0 < b < a"), (0.8, 0.3, "a \\+ b <= 1"),
                                        (0.5, 0.0, "0 < b < a")])
 def test_bad_exponents_are_refused(a, b, match):

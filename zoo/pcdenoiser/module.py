@@ -63,6 +63,9 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
             official deblurring searches tune it per Levin kernel), overrides lam for deblurring.
         a, b: Ishikawa exponents (0 < b < a, a + b <= 1); iters: PnP iterations.
         clamp_iterates, inner_clamp, hqs_decay: the official scripts' clipping and HQS schedule (see PnPConfig).
+        admm_rho, admm_iters: Poisson deblurring's inner ADMM for prox_{lam F} (official rho 2, 10 steps).
+        ishikawa_outer: ``alpha`` (the paper's u-update) or ``beta`` (the official Poisson-deblurring script's,
+            which uses beta_k in both Ishikawa lines).
         ssim_curve: also track SSIM at every iterate (slow; the final SSIM is always logged).
         init_from: weights of a trained denoiser (run dir, .ckpt or model.safetensors dir) for restoration runs.
     """
@@ -99,6 +102,9 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
         clamp_iterates: bool = False,
         inner_clamp: bool = True,
         hqs_decay: Optional[float] = None,
+        admm_rho: float = 2.0,
+        admm_iters: int = 10,
+        ishikawa_outer: Literal["alpha", "beta"] = "alpha",
         ssim_curve: bool = False,
         init_from: Optional[str] = None,
     ):
@@ -114,8 +120,12 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
             raise ZooError(f"eps must be in [0, 1), got {eps}")
         if lam <= 0 or any(x <= 0 for x in (lam_per_kernel or [])):
             raise ZooError(f"lambda must be > 0, got lam={lam}, lam_per_kernel={lam_per_kernel}")
-        if power_iters < 1 or diagnostic_iters < 1 or iters < 1:
-            raise ZooError("power_iters, diagnostic_iters and iters must be >= 1")
+        if power_iters < 1 or diagnostic_iters < 1 or iters < 1 or admm_iters < 1:
+            raise ZooError("power_iters, diagnostic_iters, iters and admm_iters must be >= 1")
+        if admm_rho <= 0:
+            raise ZooError(f"admm_rho must be > 0, got {admm_rho}")
+        if ishikawa_outer not in ("alpha", "beta"):
+            raise ZooError(f"ishikawa_outer must be 'alpha' or 'beta', got {ishikawa_outer!r}")
         self.denoiser = build_denoiser(denoiser, channels, nc, nb, dncnn_features, dncnn_depth)
         self._test_rows: list[dict] = []
         self._curves: list[dict[str, torch.Tensor]] = []
@@ -214,7 +224,7 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
                                f"#{kernel_index}")
             lam = hp.lam_per_kernel[kernel_index]
         return PnPConfig(hp.solver, hp.scheme, hp.denoiser_sigma, lam, hp.a, hp.b, hp.iters, hp.clamp_iterates,
-                         hp.inner_clamp, hp.hqs_decay)
+                         hp.inner_clamp, hp.hqs_decay, hp.admm_rho, hp.admm_iters, hp.ishikawa_outer)
 
     def test_step(self, batch, batch_idx):
         tasks = set(batch["task"])
@@ -232,7 +242,7 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
         clean, observed = batch["clean"], batch["observed"]
         kidx = int(batch["kernel_index"][0])
         cfg = self.pnp_config(kidx)
-        kernel = batch["kernel"][0] if task in ("deblur", "sisr") else None
+        kernel = batch["kernel"][0] if task in ("deblur", "sisr", "poisson_deblur") else None
         denoise = lambda x, s: self.denoiser(x, s)  # noqa: E731
         with torch.no_grad():
             run, curve = restore(task, observed, denoise, cfg, kernel=kernel, sf=int(batch["sf"][0]), clean=clean)

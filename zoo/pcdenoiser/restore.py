@@ -5,6 +5,8 @@ Tasks (all images in [0, 1] units):
     deblur   f = K x + n            F(u) = 1/2 ||K u - f||^2            (Levin kernels, Gaussian noise)
     sisr     f = S K x + n          F(u) = 1/2 ||S K u - f||^2          (x2, bicubic start, as the official script)
     poisson  f = Poisson(peak x) / peak, F(u) = sum(u - f log u)  (lam in [0, 1] units = official lam / 255)
+    poisson_deblur  f = Poisson(peak K x) / peak, F(u) = sum(K u - f log K u)   (PnPI-HQS only: its prox is the
+             official inner ADMM, `PoissonBlurProx`; lam = official lam / 255, rho unchanged)
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from zoo.pcdenoiser.metrics import psnr
 from zoo.pcdenoiser.operators import (
     BlurDownsample,
     CircularBlur,
+    PoissonBlurProx,
     check_poisson_observation,
     least_squares_grad,
     poisson_prox,
 )
 from zoo.pcdenoiser.solvers import FixedPointRun, make_operator, picard, pnp_ishikawa
 
-Task = Literal["deblur", "sisr", "poisson"]
+Task = Literal["deblur", "sisr", "poisson", "poisson_deblur"]
 
 
 @dataclass
@@ -40,7 +43,10 @@ class PnPConfig:
     iters: int = 300
     clamp_iterates: bool = False  # official PnPI-GD deblurring clips u and v to [0, 1]
     inner_clamp: bool = True  # official PnPI-FBS clips the gradient step before D
-    hqs_decay: Optional[float] = None  # official PnPI-HQS: lam / 1.02^k, sigma / 1.02^(k/2)
+    hqs_decay: Optional[float] = None  # official PnPI-HQS: lam / 1.02^k, sigma / 1.02^(k/2) (1.025 Poisson deblur)
+    admm_rho: float = 2.0  # Poisson deblurring: the inner ADMM's penalty (official rho = 2)
+    admm_iters: int = 10  # and its steps per prox (official `for iii in range(10)`)
+    outer: Literal["alpha", "beta"] = "alpha"  # "beta": the official Poisson-deblurring script's u-update
 
 
 def shift_pixel(x: torch.Tensor, shift: float) -> torch.Tensor:
@@ -70,7 +76,7 @@ def restore(task: Task, observed: torch.Tensor, denoise: Callable[[torch.Tensor,
             cfg: PnPConfig, kernel: Optional[torch.Tensor] = None, sf: int = 1,
             clean: Optional[torch.Tensor] = None) -> tuple[FixedPointRun, list[torch.Tensor]]:
     """Restore one degraded batch; returns the fixed-point run and the PSNR of every iterate (if `clean`)."""
-    if task in ("deblur", "sisr") and kernel is None:
+    if task in ("deblur", "sisr", "poisson_deblur") and kernel is None:
         raise ZooError(f"task {task!r} needs a blur kernel")
     grad_F = prox_F = None
     if task == "deblur":
@@ -86,15 +92,22 @@ def restore(task: Task, observed: torch.Tensor, denoise: Callable[[torch.Tensor,
         check_poisson_observation(observed)
         u0 = observed
         prox_F = lambda z, lam: poisson_prox(z, observed, lam)  # noqa: E731
+    elif task == "poisson_deblur":
+        op = CircularBlur(kernel.to(observed), tuple(observed.shape[-2:]))
+        u0 = observed  # official: u = v = f
+        prox_F = PoissonBlurProx(op, observed, cfg.admm_rho, cfg.admm_iters, v0=observed)
     else:
-        raise ZooError(f"unknown restoration task {task!r}: choose deblur, sisr or poisson")
+        raise ZooError(f"unknown restoration task {task!r}: choose deblur, sisr, poisson or poisson_deblur")
+    if prox_F is not None and cfg.solver != "hqs":
+        raise ZooError(f"task {task!r} has a Poisson data term: use solver 'hqs' (its gradient is unbounded at 0), "
+                       f"got {cfg.solver!r}")
     T = make_operator(cfg.solver, denoise, cfg.sigma, cfg.lam, grad_F=grad_F, prox_F=prox_F,
                       inner_clamp=(0.0, 1.0) if cfg.inner_clamp else None, decay=cfg.hqs_decay)
     curve: list[torch.Tensor] = []
     callback = (lambda k, u: curve.append(psnr(u, clean))) if clean is not None else None
     clamp = (0.0, 1.0) if cfg.clamp_iterates else None
     if cfg.scheme == "ishikawa":
-        run = pnp_ishikawa(T, u0, cfg.iters, cfg.a, cfg.b, clamp=clamp, callback=callback)
+        run = pnp_ishikawa(T, u0, cfg.iters, cfg.a, cfg.b, clamp=clamp, callback=callback, outer=cfg.outer)
     elif cfg.scheme == "picard":
         run = picard(T, u0, cfg.iters, clamp=clamp, callback=callback)
     else:

@@ -68,17 +68,29 @@ def _fixed_point(step: Callable[[torch.Tensor, int, Callable], torch.Tensor], u0
     return run
 
 
+Outer = Literal["alpha", "beta"]
+
+
 def pnp_ishikawa(T: Operator, u0: torch.Tensor, iters: int, a: float, b: float,
                  clamp: Optional[tuple[float, float]] = None,
-                 callback: Optional[Callable[[int, torch.Tensor], None]] = None) -> FixedPointRun:
+                 callback: Optional[Callable[[int, torch.Tensor], None]] = None,
+                 outer: Outer = "alpha") -> FixedPointRun:
     """Ishikawa iteration from u0; `clamp` projects v_k and u_{k+1} onto a box (official PnPI-GD clamps both to
-    the image range); `callback(k, u_{k+1})` sees every iterate."""
+    the image range); `callback(k, u_{k+1})` sees every iterate.
+
+    `outer="beta"` takes u_{k+1} = (1 - beta_k) u_k + beta_k T(v_k): the official Poisson-deblurring script
+    (`PnP_main_PnPIHQS_poisson_deblur.py`) computes alpha_k but uses beta_k in both lines, which is Ishikawa with
+    a = b, outside the paper's a > b. Offered only to reproduce that script; the default is the paper's."""
     check_exponents(a, b)
+    if outer not in ("alpha", "beta"):
+        raise ZooError(f"Ishikawa outer step must be 'alpha' (the paper) or 'beta' (the official Poisson-deblurring "
+                       f"script), got {outer!r}")
 
     def step(u, k, project):
         alpha, beta = ishikawa_steps(k, a, b)
         v = project((1 - beta) * u + beta * T(u, k))
-        return project((1 - alpha) * u + alpha * T(v, k))
+        step_u = alpha if outer == "alpha" else beta
+        return project((1 - step_u) * u + step_u * T(v, k))
 
     return _fixed_point(step, u0, iters, clamp, callback)
 
