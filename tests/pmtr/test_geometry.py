@@ -24,13 +24,16 @@ def test_grid_subsample_is_the_voxel_barycentres():
 def test_radius_neighbors_equal_a_kd_tree_sorted_by_distance():
     rng = np.random.default_rng(1)
     q, s = rng.uniform(size=(40, 3)), rng.uniform(size=(60, 3))
-    got = radius_neighbors(torch.tensor(q), torch.tensor(s), 0.3, limit=5).numpy()
     tree = cKDTree(s)
-    for i in range(40):
-        ids = tree.query_ball_point(q[i], 0.3)
-        ids = sorted(ids, key=lambda j: np.linalg.norm(q[i] - s[j]))[:5]
-        assert list(got[i][got[i] < 60]) == ids
-        assert (got[i][len(ids):] == 60).all()
+    # capped at 5; uncapped (width = the largest count) in chunks of 7 queries, as the coarse PMT block asks
+    for limit, chunk in ((5, 1024), (0, 7)):
+        got = radius_neighbors(torch.tensor(q), torch.tensor(s), 0.3, limit=limit, chunk=chunk).numpy()
+        full = [sorted(tree.query_ball_point(q[i], 0.3), key=lambda j: np.linalg.norm(q[i] - s[j])) for i in range(40)]
+        assert got.shape[1] == (5 if limit else max(len(f) for f in full))
+        for i in range(40):
+            ids = full[i][:5] if limit else full[i]
+            assert list(got[i][got[i] < 60]) == ids
+            assert (got[i][len(ids):] == 60).all()
 
 
 def test_pyramid_levels_and_neighbours_stay_inside_each_cloud():

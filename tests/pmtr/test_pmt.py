@@ -6,7 +6,7 @@ import torch
 from scipy.stats import ortho_group
 
 from zoo.errors import ZooError
-from zoo.pmtr.pmt import CoarsePMTBlock, FinePMTBlock, ProxyMatchTransform, orthogonality_loss
+from zoo.pmtr.pmt import CoarsePMTBlock, FinePMTBlock, ProxyMatchTransform, neighbor_sum, orthogonality_loss
 from zoo.pmtr.geometry import radius_neighbors
 
 
@@ -58,18 +58,52 @@ def test_pmt_projection_matches_loops():
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
 
 
-def test_coarse_aggregation_masks_beyond_radius_like_loops():
+def _dense_coarse(blk, src_pos, trg_pos, src_feat, trg_feat):
+    """The official coarse block's order: X' = (x W) P, then a softmax over *all* nodes of MLP(dist) with
+    dist > radius masked to -inf (an (n, n, h) matrix), then the head merge."""
+    def agg(x, mlp, d):
+        att = mlp(d.unsqueeze(-1)).masked_fill((d > blk.radius).unsqueeze(-1), float("-inf")).softmax(dim=1)
+        return torch.einsum("sjh,jfch->sfch", att, x)
+
+    d_s, d_t = torch.cdist(src_pos, src_pos), torch.cdist(trg_pos, trg_pos)
+    s = torch.nn.functional.normalize(src_feat.reshape(-1, blk.f[0], blk.c[0]), dim=-1)
+    t = torch.nn.functional.normalize(trg_feat.reshape(-1, blk.f[0], blk.c[0]), dim=-1)
+    for layer, a_s, a_t, norm in zip(blk.layers, blk.att_src, blk.att_trg, blk.norms):
+        s = layer.merge(agg(layer.project(s, layer.w_src), a_s, d_s), layer.out_src)
+        t = layer.merge(agg(layer.project(t, layer.w_trg), a_t, d_t), layer.out_trg)
+        s, t = blk.act(norm(s)), blk.act(norm(t))
+    return blk.out(s.reshape(s.shape[0], -1)), blk.out(t.reshape(t.shape[0], -1))
+
+
+def test_sparse_coarse_block_equals_the_dense_masked_one_values_and_gradients():
     torch.manual_seed(1)
-    blk = CoarsePMTBlock(c=[2, 2], f=[2, 2], heads=[1], radius=0.6).double()
-    pos = torch.rand(6, 3, dtype=torch.float64)
-    x = torch.randn(6, 2, 2, 1, dtype=torch.float64)
-    d = torch.cdist(pos, pos)
-    got = blk._aggregate(x, blk.att_src[0], d)
-    for s in range(6):
-        logits = torch.stack([blk.att_src[0](d[s, j].reshape(1, 1))[0, 0] for j in range(6)])
-        keep = d[s] <= 0.6
-        w = torch.softmax(logits[keep], 0)
-        torch.testing.assert_close(got[s], (w[:, None, None, None] * x[keep]).sum(0), rtol=1e-12, atol=1e-12)
+    blk = CoarsePMTBlock(c=[4, 3, 2], f=[2, 4, 3], heads=[2, 3], radius=0.35).double()
+    src, trg = torch.rand(40, 3, dtype=torch.float64), torch.rand(31, 3, dtype=torch.float64)
+    counts = (torch.cdist(src, src) <= 0.35).sum(1)
+    assert counts.min() < counts.max() < 40  # ragged lists, padded: the sparse path is really exercised
+    fs, ft = torch.randn(40, 8, dtype=torch.float64), torch.randn(31, 8, dtype=torch.float64)
+    grads = []
+    for fn in (blk, lambda *a: _dense_coarse(blk, *a)):
+        blk.zero_grad()
+        a, b = fn(src, trg, fs, ft)
+        ((a ** 2).sum() + (b ** 3).sum()).backward()
+        grads.append((a.detach(), b.detach(), [p.grad.clone() for p in blk.parameters()]))
+    (a, b, g), (a_ref, b_ref, g_ref) = grads
+    # float64; only the summation order differs (GroupNorm over 2-4 entries amplifies its rounding)
+    torch.testing.assert_close(a, a_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(b, b_ref, rtol=1e-10, atol=1e-10)
+    for u, v in zip(g, g_ref):
+        torch.testing.assert_close(u, v, rtol=1e-9, atol=1e-9)
+
+
+def test_neighbor_sum_is_the_padded_gather_and_passes_gradcheck():
+    torch.manual_seed(5)
+    x = torch.randn(7, 5, 2, dtype=torch.float64, requires_grad=True)
+    idx = torch.tensor([[0, 3, 7], [1, 7, 7], [6, 2, 4], [5, 5, 0]])  # 7 = padding
+    w = torch.rand(4, 3, 2, dtype=torch.float64, requires_grad=True)
+    ref = (w.unsqueeze(2) * torch.cat([x, torch.zeros_like(x[:1])])[idx]).sum(1)
+    torch.testing.assert_close(neighbor_sum(w, x, idx), ref, rtol=0, atol=1e-14)
+    assert torch.autograd.gradcheck(lambda w_, x_: neighbor_sum(w_, x_, idx), (w, x))
 
 
 def test_coarse_block_is_invariant_to_rigid_motions_of_the_positions():
@@ -85,18 +119,38 @@ def test_coarse_block_is_invariant_to_rigid_motions_of_the_positions():
     assert not torch.allclose(a[0], blk(src * 1.7, trg, fs, ft)[0])  # a non-rigid change does matter
 
 
-def test_fine_block_is_invariant_to_rigid_motions_and_keeps_the_width():
+def _dense_fine(blk, feat, pts, nb, n_src):
+    """The official fine block's order: X' = (x W) P of each cloud, gathered over the neighbour lists."""
+    n = len(pts)
+    pad = nb >= n
+    sq = (pts.unsqueeze(1) - torch.cat([pts, torch.zeros_like(pts[:1])])[nb]).pow(2).sum(-1, keepdim=True)
+    x = torch.nn.functional.normalize(feat.reshape(n, blk.f[0], blk.c[0]), dim=-1)
+    parts = (slice(0, n_src), slice(n_src, n))
+    for layer, a_s, a_t, norm in zip(blk.layers, blk.att_src, blk.att_trg, blk.norms):
+        proj = torch.cat([layer.project(x[parts[0]], layer.w_src), layer.project(x[parts[1]], layer.w_trg)])
+        proj = torch.cat([proj, torch.zeros_like(proj[:1])])
+        out = []
+        for part, mlp, merge in ((parts[0], a_s, layer.out_src), (parts[1], a_t, layer.out_trg)):
+            att = mlp(sq[part]).masked_fill(pad[part].unsqueeze(-1), float("-inf")).softmax(dim=1)
+            out.append(layer.merge(torch.einsum("sah,safch->sfch", att, proj[nb[part]]), merge))
+        x = blk.act(norm(torch.cat(out)))
+    return x.reshape(n, -1)
+
+
+def test_fine_block_is_invariant_to_rigid_motions_and_equals_the_gathered_form():
     torch.manual_seed(3)
     blk = FinePMTBlock(c=[4, 2, 2], f=[2, 4, 4], heads=[2, 2]).double()
     pts = torch.rand(12, 3, dtype=torch.float64)
     nb = torch.cat([radius_neighbors(pts[:5], pts[:5], 0.6, 4), radius_neighbors(pts[5:], pts[5:], 0.6, 4) + 5])
     nb[:5][nb[:5] == 5] = 12
     nb[5:][nb[5:] == 12] = 12
+    assert (nb == 12).any()
     feat = torch.randn(12, 8, dtype=torch.float64)
     r, t = _rigid(4)
     a, b = blk(feat, pts, nb, (5, 7)), blk(feat, pts @ r.T + t, nb, (5, 7))
     assert a.shape == (12, 8)
     torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(a, _dense_fine(blk, feat, pts, nb, 5), rtol=1e-12, atol=1e-12)
 
 
 def test_bad_widths_are_refused():

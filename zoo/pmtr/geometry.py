@@ -2,7 +2,8 @@
 weighted Kabsch.
 
 The official code needs GeoTransformer's compiled C++ ops for grid subsampling and radius search; these are the same
-operations written with `torch.unique` and `torch.cdist` (clouds here are at most a few thousand points per part).
+operations written with `torch.unique` and a chunked `torch.cdist` (clouds here are at most a few thousand points
+per part).
 """
 
 from __future__ import annotations
@@ -25,15 +26,21 @@ def grid_subsample(points: torch.Tensor, voxel_size: float) -> torch.Tensor:
     return sums / counts[:, None]
 
 
-def radius_neighbors(q_points: torch.Tensor, s_points: torch.Tensor, radius: float, limit: int) -> torch.Tensor:
+def radius_neighbors(q_points: torch.Tensor, s_points: torch.Tensor, radius: float, limit: int,
+                     chunk: int = 1024) -> torch.Tensor:
     """For each query point, the indices of support points within `radius`, nearest first, at most `limit` of them
-    (all if ``limit <= 0``); rows with fewer are padded with ``len(s_points)`` (GeoTransformer's shadow index)."""
-    d = torch.cdist(q_points, s_points)
+    (all if ``limit <= 0``: then the width is the largest count); rows with fewer are padded with ``len(s_points)``
+    (GeoTransformer's shadow index). Queries go `chunk` rows at a time, so no (len(q), len(s)) matrix is built."""
     n = s_points.shape[0]
-    k = n if limit <= 0 else min(limit, n)
-    dist, idx = torch.topk(d, k, dim=1, largest=False)
-    idx = torch.where(dist <= radius, idx, torch.full_like(idx, n))
-    return idx
+    rows = []
+    for start in range(0, q_points.shape[0], chunk):
+        d = torch.cdist(q_points[start:start + chunk], s_points)
+        k = min(limit, n) if limit > 0 else int((d <= radius).sum(1).max()) if d.numel() else 0
+        dist, idx = torch.topk(d, k, dim=1, largest=False)
+        rows.append(torch.where(dist <= radius, idx, torch.full_like(idx, n)))
+    width = max((r.shape[1] for r in rows), default=0)
+    rows = [torch.cat([r, r.new_full((r.shape[0], width - r.shape[1]), n)], 1) for r in rows]
+    return torch.cat(rows) if rows else torch.zeros(0, width, dtype=torch.long, device=q_points.device)
 
 
 @dataclass

@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from zoo.errors import ZooError
+from zoo.pmtr.geometry import radius_neighbors
 
 
 class ProxyMatchTransform(nn.Module):
@@ -32,10 +33,17 @@ class ProxyMatchTransform(nn.Module):
         w = nn.Linear(f_in, f_out * heads, bias=False).weight  # (h*o, i)
         self.proxy = nn.Parameter(w.detach().reshape(heads, f_out, f_in).transpose(1, 2).contiguous())  # (h, f, o)
 
+    def channel(self, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
+        """[s, f, c] -> (x W_h)[s, f, c, h], channel layout (c h) as the official code."""
+        return linear(x).reshape(x.shape[0], x.shape[1], self.c_out, self.heads)
+
+    def contract(self, y: torch.Tensor) -> torch.Tensor:
+        """[s, f, c, h] -> [s, o, c, h]: sum_f y[s, f, c, h] P[h, f, o]."""
+        return torch.einsum("sfch,hfo->soch", y, self.proxy)
+
     def project(self, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
         """[s, f, c] -> X'[s, o, c, h] = sum_f (x W_h)[s, f, c] P[h, f, o]."""
-        x = linear(x).reshape(x.shape[0], x.shape[1], self.c_out, self.heads)  # channel layout (c h), as official
-        return torch.einsum("sfch,hfo->soch", x, self.proxy)
+        return self.contract(self.channel(x, linear))
 
     def merge(self, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
         return linear(x.reshape(x.shape[0], x.shape[1], self.c_out * self.heads))
@@ -56,6 +64,50 @@ def distance_mlp(heads: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(1, heads), nn.ReLU(), nn.Linear(heads, heads))
 
 
+class _NeighborSum(torch.autograd.Function):
+    """out[s, :, h] = sum_k w[s, k, h] x[idx[s, k], :, h] over padded neighbour lists (idx == len(x) is padding: a
+    zero row, whatever its weight). Gathering x[idx] first (an (n, K, F, h) tensor kept for the backward) is what makes a
+    neighbour aggregation cost K times the features; here one neighbour slot is gathered at a time, in the forward
+    and again in the backward, so only w, x and idx are kept."""
+
+    @staticmethod
+    def forward(ctx, w: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        pad = idx >= x.shape[0]
+        safe = idx.masked_fill(pad, 0)
+        w = w.masked_fill(pad.unsqueeze(-1), 0)  # a padded slot is a zero row (GeoTransformer's shadow point)
+        out = x.new_zeros(idx.shape[0], *x.shape[1:])
+        for k in range(idx.shape[1]):
+            out.addcmul_(w[:, k].unsqueeze(1), x[safe[:, k]])
+        ctx.save_for_backward(w, x, safe, pad)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g: torch.Tensor):
+        w, x, safe, pad = ctx.saved_tensors
+        gw = torch.empty_like(w) if ctx.needs_input_grad[0] else None
+        gx = torch.zeros_like(x) if ctx.needs_input_grad[1] else None
+        for k in range(safe.shape[1]):
+            if gw is not None:
+                gw[:, k] = (g * x[safe[:, k]]).sum(1)
+            if gx is not None:
+                gx.index_add_(0, safe[:, k], g * w[:, k].unsqueeze(1))
+        if gw is not None:
+            gw.masked_fill_(pad.unsqueeze(-1), 0)
+        return gw, gx, None
+
+
+def neighbor_sum(w: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """w (n, K, h) weights over the neighbour lists idx (n, K) (padded with len(x): a zero row), x (m, F, h)
+    -> (n, F, h). Memory O(n K h + m F h), not O(n K F h)."""
+    return _NeighborSum.apply(w, x.contiguous(), idx)
+
+
+def neighbor_softmax(mlp: nn.Module, dist: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+    """softmax over each neighbour list of MLP(dist), padding masked to -inf: (n, K, 1) -> (n, K, h)."""
+    return mlp(dist).masked_fill(pad.unsqueeze(-1), float("-inf")).softmax(dim=1)
+
+
 def _check_dims(c: list[int], f: list[int], heads: list[int]) -> None:
     if len(c) != len(f) or len(c) < 2 or len(heads) != len(c) - 1:
         raise ZooError(f"PMT channels c={c}, f={f}, heads={heads}: c and f need the same length >= 2 and one head "
@@ -63,8 +115,9 @@ def _check_dims(c: list[int], f: list[int], heads: list[int]) -> None:
 
 
 class CoarsePMTBlock(nn.Module):
-    """PMT on the superpoints (nodes): aggregation over all nodes of the same part within `radius`
-    (distance > radius masked to -inf before the softmax), an output Linear on c*f."""
+    """PMT on the superpoints (nodes): aggregation over all nodes of the same part within `radius` (the official
+    code masks distance > radius to -inf before a softmax over all nodes; here a softmax over the radius-neighbour
+    lists, the same value), an output Linear on c*f."""
 
     def __init__(self, c: list[int] = (64, 16, 4), f: list[int] = (8, 32, 128), heads: list[int] = (4, 4),
                  radius: float = 0.05):
@@ -84,23 +137,41 @@ class CoarsePMTBlock(nn.Module):
     def in_dim(self) -> int:
         return self.c[0] * self.f[0]
 
-    def _aggregate(self, x: torch.Tensor, mlp: nn.Module, dist: torch.Tensor) -> torch.Tensor:
-        att = mlp(dist.unsqueeze(-1))  # (s, j, h)
-        att = att.masked_fill((dist > self.radius).unsqueeze(-1), float("-inf")).softmax(dim=1)
-        return torch.einsum("sjh,jfch->sfch", att, x)
+    def neighbors(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every node's neighbours within `radius` (itself included), uncapped so that the aggregation equals the
+        official dense masked softmax over all nodes: indices (n, K) padded with n, distances (n, K, 1), pad mask."""
+        with torch.no_grad():
+            idx = radius_neighbors(pos, pos, self.radius, limit=0)
+        pad = idx >= len(pos)
+        nb = torch.cat([pos, pos.new_zeros(1, 3)])[idx]
+        return idx, (pos.unsqueeze(1) - nb).norm(dim=-1, keepdim=True), pad
+
+    def _aggregate(self, y: torch.Tensor, mlp: nn.Module, nbrs) -> torch.Tensor:
+        """Y''_s = sum_j softmax_j(MLP(dist_sj)) Y_j over the radius neighbours, y (n, f, c, h)."""
+        idx, dist, pad = nbrs
+        att = neighbor_softmax(mlp, dist, pad)  # (n, K, h)
+        return neighbor_sum(att, y.reshape(y.shape[0], -1, y.shape[-1]), idx).reshape(y.shape)
+
+    def _layer(self, layer, x, linear, mlp, merge, nbrs):
+        # The official code aggregates X' = (x W) P, (n, f', c, h). The aggregation (per head, over nodes) and the
+        # proxy contraction (per head, over f) commute, so aggregating x W first gives the same X'' with f/f' (1/4
+        # in the paper's block) of the aggregated width.
+        return layer.merge(layer.contract(self._aggregate(layer.channel(x, linear), mlp, nbrs)), merge)
 
     def forward(self, src_pos, trg_pos, src_feat, trg_feat) -> tuple[torch.Tensor, torch.Tensor]:
         """(S, 3), (T, 3) node positions and (S, c0*f0), (T, c0*f0) features -> (S, c*f), (T, c*f)."""
         if src_feat.shape[-1] != self.in_dim:
             raise ZooError(f"coarse PMT expects {self.in_dim}-d node features (c0*f0 = {self.c[0]}*{self.f[0]}), "
                            f"got {src_feat.shape[-1]}")
-        d_src, d_trg = torch.cdist(src_pos, src_pos), torch.cdist(trg_pos, trg_pos)
+        # the official block masks a dense (n, n) distance matrix; the radius-neighbour lists hold the same entries
+        # at O(n K) memory (K: the most nodes within the radius of one node)
+        n_src, n_trg = self.neighbors(src_pos), self.neighbors(trg_pos)
         # features laid out (f c), normalised along c as the official block does
         s = F.normalize(src_feat.reshape(-1, self.f[0], self.c[0]), dim=-1)
         t = F.normalize(trg_feat.reshape(-1, self.f[0], self.c[0]), dim=-1)
         for layer, a_s, a_t, norm in zip(self.layers, self.att_src, self.att_trg, self.norms):
-            s = layer.merge(self._aggregate(layer.project(s, layer.w_src), a_s, d_src), layer.out_src)
-            t = layer.merge(self._aggregate(layer.project(t, layer.w_trg), a_t, d_trg), layer.out_trg)
+            s = self._layer(layer, s, layer.w_src, a_s, layer.out_src, n_src)
+            t = self._layer(layer, t, layer.w_trg, a_t, layer.out_trg, n_trg)
             s, t = self.act(norm(s)), self.act(norm(t))
         return self.out(s.reshape(s.shape[0], -1)), self.out(t.reshape(t.shape[0], -1))
 
@@ -139,14 +210,18 @@ class FinePMTBlock(nn.Module):
         sq_dist = (points.unsqueeze(1) - nb_pts).pow(2).sum(-1, keepdim=True)  # (N, H, 1)
         x = F.normalize(feat.reshape(n, self.f[0], self.c[0]), dim=-1)
         parts = (slice(0, n_src), slice(n_src, n))
+        att_pad = [pad[p] for p in parts]
         for layer, a_s, a_t, norm in zip(self.layers, self.att_src, self.att_trg, self.norms):
-            proj = torch.cat([layer.project(x[parts[0]], layer.w_src), layer.project(x[parts[1]], layer.w_trg)])
-            proj = torch.cat([proj, torch.zeros_like(proj[:1])])  # shadow row for padded neighbours
+            # (x W) of both clouds stacked, aggregated before the proxy contraction (they commute; see the coarse
+            # block): the same X'' as the official gather of X' = (x W) P over the neighbour lists
+            y = torch.cat([layer.channel(x[parts[0]], layer.w_src), layer.channel(x[parts[1]], layer.w_trg)])
+            y = y.reshape(n, -1, layer.heads)
             out = []
-            for part, mlp, merge in ((parts[0], a_s, layer.out_src), (parts[1], a_t, layer.out_trg)):
-                att = mlp(sq_dist[part]).masked_fill(pad[part].unsqueeze(-1), float("-inf")).softmax(dim=1)
-                agg = torch.einsum("sah,safch->sfch", att, proj[neighbors[part]])
-                out.append(layer.merge(agg, merge))
+            for part, p_pad, mlp, merge in ((parts[0], att_pad[0], a_s, layer.out_src),
+                                            (parts[1], att_pad[1], a_t, layer.out_trg)):
+                att = neighbor_softmax(mlp, sq_dist[part], p_pad)
+                agg = neighbor_sum(att, y, neighbors[part]).reshape(-1, layer.f_in, layer.c_out, layer.heads)
+                out.append(layer.merge(layer.contract(agg), merge))
             x = self.act(norm(torch.cat(out)))
         return x.reshape(n, -1)
 
