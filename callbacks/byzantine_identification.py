@@ -50,6 +50,7 @@ from zoo.bymi.threshold import min_rejection_size
 from zoo.errors import ZooError
 
 PROJECTION_CHUNK = 1 << 20  # parameter entries per block of the random projection drawn at a time
+PROJECTION_CACHE_BYTES = 256 << 20  # a projection matrix up to this size is drawn once and kept
 
 
 # ------------------------------------------------------------------------------------------------ batches
@@ -261,6 +262,7 @@ class ByzantineIdentification(Callback):
         self._weight = 1.0  # this rank's factor in the masked gradient average
         self._last_step = -1
         self._names: list[str] = []
+        self._matrix: Optional[torch.Tensor] = None  # the cached projection (see _project)
 
     # -------------------------------------------------------------------------------------- set-up checks
     def _selected(self, pl_module: L.LightningModule) -> list[tuple[str, torch.nn.Parameter]]:
@@ -304,20 +306,26 @@ class ByzantineIdentification(Callback):
             model.register_comm_hook(self, _masked_mean_hook)
 
     # -------------------------------------------------------------------------------------- gradients
-    def _flat(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        if self.projection_dim is None:
-            return torch.cat([g.reshape(-1) for g in grads]).double()
-        return self._project(torch.cat([g.reshape(-1) for g in grads]).double().unsqueeze(0))[0]
-
     def _project(self, flat: torch.Tensor) -> torch.Tensor:
-        """(k, D) → (k, projection_dim) by a Gaussian matrix with N(0, 1/dim) entries, drawn block by block from
-        a seeded generator: the same on every rank and every check, never held whole."""
-        k = self.projection_dim
+        """(k, D) → (k, projection_dim) by a Gaussian matrix with N(0, 1/dim) entries from a seeded generator: the
+        same on every rank and every check. Kept after its first use when it fits in PROJECTION_CACHE_BYTES (drawing
+        it is most of a check's cost: 15,882 × 256 normals take ~0.2 s here); otherwise redrawn block by block at
+        every call and never held whole."""
+        if self.projection_dim is None:
+            return flat
+        k, D = self.projection_dim, flat.shape[1]
+        if self._matrix is not None and self._matrix.shape[0] == D:
+            return (flat.cpu() @ self._matrix).to(flat.device)
         gen = torch.Generator().manual_seed(self.projection_seed)
-        out = torch.zeros(flat.shape[0], k, dtype=torch.float64)
+        keep = D * k * 8 <= PROJECTION_CACHE_BYTES
+        out, blocks = torch.zeros(flat.shape[0], k, dtype=torch.float64), []
         for chunk in flat.cpu().split(PROJECTION_CHUNK, dim=1):
             block = torch.randn(chunk.shape[1], k, generator=gen, dtype=torch.float64) / math.sqrt(k)
             out += chunk @ block
+            if keep:
+                blocks.append(block)
+        if keep:
+            self._matrix = torch.cat(blocks)
         return out.to(flat.device)
 
     def split_generator(self, step: int, rank: int) -> torch.Generator:
@@ -331,10 +339,11 @@ class ByzantineIdentification(Callback):
         params = [p for _, p in self._selected(pl_module)]
         out = []
         for half in (b1, b2):
-            loss = module_loss(pl_module, half)
-            out.append(self._flat(torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)))
+            grads = torch.autograd.grad(module_loss(pl_module, half), params, allow_unused=True, materialize_grads=True)
+            out.append(torch.cat([g.reshape(-1) for g in grads]).double())
+        out = self._project(torch.stack(out))  # both halves through one projection
         n_half = min(len(next(iter(b.values() if isinstance(b, dict) else b))) for b in (b1, b2))
-        check_finite(f"rank {pl_module.global_rank}'s split-half gradients", torch.stack(out))
+        check_finite(f"rank {pl_module.global_rank}'s split-half gradients", out)
         return out[0], out[1], n_half, b1
 
     def per_sample_gradients(self, pl_module: L.LightningModule, batch: Any) -> torch.Tensor:
@@ -365,7 +374,7 @@ class ByzantineIdentification(Callback):
                 g = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True, materialize_grads=True)
                 rows.append(torch.cat([x.reshape(-1) for x in g]).double())
             rows = torch.stack(rows)
-        return rows if self.projection_dim is None else self._project(rows)
+        return self._project(rows)
 
     # -------------------------------------------------------------------------------------- the check
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,

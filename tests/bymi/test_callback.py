@@ -1,6 +1,8 @@
 """ByzantineIdentification / ByzantineAttack in one process: half splits, gradients, the projection, Σ₀ by vmap vs a
 loop, and the one-line errors (too few workers, callback order, disagreeing ranks, non-finite gradients)."""
 
+from unittest import mock
+
 import lightning as L
 import pytest
 import torch
@@ -70,6 +72,12 @@ def test_projection_is_a_fixed_gaussian_matrix_and_selection_restricts():
     P = torch.randn(200, 7, generator=torch.Generator().manual_seed(4), dtype=torch.float64) / 7 ** 0.5
     torch.testing.assert_close(cb._project(v), v @ P)
     torch.testing.assert_close(ByzantineIdentification(projection_dim=7, projection_seed=4)._project(v), v @ P)
+    torch.testing.assert_close(cb._project(v[:1]), v[:1] @ P)  # the kept matrix, second use
+    assert cb._matrix is not None
+    with mock.patch("callbacks.byzantine_identification.PROJECTION_CACHE_BYTES", 0):
+        uncached = ByzantineIdentification(projection_dim=7, projection_seed=4)
+        torch.testing.assert_close(uncached._project(v), v @ P)  # drawn block by block, not kept
+        assert uncached._matrix is None
     with pytest.raises(ZooError, match="selects no trainable parameter"):
         ByzantineIdentification(parameters=["nothing*"])._selected(model)
 
