@@ -2,12 +2,13 @@
 `torch.nn.MultiheadAttention` (self- plus cross-attention), at the same widths (512-d node features in and out,
 4 heads), for a (source, target) pair of n nodes each.
 
-Per n: forward+backward wall time (median and spread over --reps), peak memory of one forward+backward, FLOPs of one
+Per n: forward+backward wall time (median and spread over --reps, after a warm-up step that is also the memory
+measurement), peak memory of one forward+backward, FLOPs of one
 forward (`torch.utils.flop_counter.FlopCounterMode`) and parameter counts. On CUDA memory is
 `torch.cuda.max_memory_allocated` above the inputs; on CPU it is the peak of live tensor memory that
 `torch.profiler` (profile_memory=True) records during the step, above what was live before it.
 
-    python benchmarks/pmtr_coarse.py                       # CPU, 128 ... 1024 nodes
+    python benchmarks/pmtr_coarse.py --large-reps 1        # CPU, 128 ... 4096 nodes (1 timed step above 1024)
     python benchmarks/pmtr_coarse.py --device cuda         # 128 ... 4096 nodes
     python benchmarks/pmtr_coarse.py --quick               # a few seconds (tests/test_benchmarks.py)
 """
@@ -100,12 +101,26 @@ def step(block, pos, feats):
     (a.square().mean() + b.square().mean()).backward()
 
 
+def peak_step_mib(block, pos, feats, device) -> float:
+    block.zero_grad(set_to_none=True)
+    for f in feats:
+        f.grad = None
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step(block, pos, feats)
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    return cpu_peak_mib(lambda: step(block, pos, feats))
+
+
 def measure(block, n: int, d: int, device, reps: int) -> dict:
     pos, feats = inputs(n, d, device)
     with FlopCounterMode(display=False) as fc:  # forward only, on inputs outside autograd
         block(pos[0], pos[1], feats[0].detach(), feats[1].detach())
     flops = fc.get_total_flops()
-    step(block, pos, feats)  # warm-up
+    peak = peak_step_mib(block, pos, feats, device)  # from a clean state; it is also the timing's warm-up
     times = []
     for _ in range(reps):
         block.zero_grad(set_to_none=True)
@@ -116,20 +131,8 @@ def measure(block, n: int, d: int, device, reps: int) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    block.zero_grad(set_to_none=True)
-    for f in feats:
-        f.grad = None
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step(block, pos, feats)
-        torch.cuda.synchronize()
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    else:
-        peak = cpu_peak_mib(lambda: step(block, pos, feats))
-    return {"ms": 1000 * statistics.median(times), "ms_spread": 1000 * (max(times) - min(times)),
-            "gflops": flops / 1e9, "peak_mib": peak}
+    spread = 1000 * (max(times) - min(times)) if len(times) > 1 else float("nan")
+    return {"ms": 1000 * statistics.median(times), "ms_spread": spread, "gflops": flops / 1e9, "peak_mib": peak}
 
 
 def main(argv=None):
@@ -137,6 +140,8 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--nodes", type=int, nargs="*", default=None)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--large-reps", type=int, default=None,
+                    help="timed repetitions above 1024 nodes (default: --reps; CPU MHA at 4096 nodes is minutes a step)")
     ap.add_argument("--layers", type=int, default=1, help="self+cross layers of the attention block")
     ap.add_argument("--geo-max-nodes", type=int, default=None,
                     help="skip MHA+geo above this many nodes (its (n, n, d) embedding costs n^2 d^2 FLOPs; CPU: 512)")
@@ -148,7 +153,7 @@ def main(argv=None):
     else:
         c, f, d = [64, 16, 4], [8, 32, 128], 512  # the paper's coarse block
     nodes = args.nodes or ([32, 64] if args.quick else
-                           [128, 256, 512, 1024, 2048, 4096] if device.type == "cuda" else [128, 256, 512, 1024])
+                           [128, 256, 512, 1024, 2048, 4096])
     torch.manual_seed(0)
     pmt = CoarsePMTBlock(c, f, [4, 4], radius=0.05).to(device)
     blocks = {"PMT": pmt, "MHA": AttentionBlock(d, 4, args.layers).to(device),
@@ -163,11 +168,13 @@ def main(argv=None):
     print("|---" * (1 + 3 * len(blocks) + 2 * len(others)) + "|")
     for n in nodes:
         geo_max = args.geo_max_nodes or (512 if device.type == "cpu" else 1 << 30)
-        r = {k: measure(m, n, d, device, args.reps) if k != "MHA+geo" or n <= geo_max else
+        reps = args.reps if n <= 1024 or args.large_reps is None else args.large_reps
+        r = {k: measure(m, n, d, device, reps) if k != "MHA+geo" or n <= geo_max else
              {"ms": float("nan"), "ms_spread": float("nan"), "gflops": float("nan"), "peak_mib": float("nan")}
              for k, m in blocks.items()}
         p = r["PMT"]
-        cells = [str(n)] + [f"{r[k]['ms']:.1f} ± {r[k]['ms_spread']:.1f}" for k in blocks]
+        cells = [f"{n}"] + [f"{r[k]['ms']:.1f} ± {r[k]['ms_spread']:.1f}" if reps > 1 else f"{r[k]['ms']:.1f} (1 rep)"
+                            for k in blocks]
         cells += [f"{r[k]['gflops']:.3f}" for k in blocks] + [f"{r[k]['peak_mib']:.1f}" for k in blocks]
         cells += [f"{r[k]['peak_mib'] / p['peak_mib']:.2f}" if p["peak_mib"] > 0 else "nan" for k in others]
         cells += [f"{r[k]['ms'] / p['ms']:.2f}" for k in others]
