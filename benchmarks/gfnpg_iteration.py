@@ -10,8 +10,15 @@ optimiser step (RL: the critic, actor and log Z updates; RL-B also samples backw
 and V_B). Every method starts from the same initial networks and is timed round-robin (one iteration of each per
 round) so that a shared machine's load drifts evenly; the table gives the median and the interquartile range over
 rounds. On CPU the time is the process's CPU time (one thread), on CUDA wall time between synchronisations.
-Memory: the bytes autograd saves for the backward pass of one iteration (distinct storages, sampling included), and
-on CUDA the peak allocated memory. Goals: our TB within 1.2x of torchgfn's, RL-B within 2x of our TB.
+Memory, three ways, measured after the timed rounds:
+* autograd saved: the bytes autograd keeps for the backward passes of one iteration (distinct storages);
+* torch peak: the peak of the live CPU tensor memory during one iteration above what was live before it (the running
+  sum of the allocations and frees `torch.profiler` records with profile_memory=True; temporaries an op frees itself
+  are not seen); on CUDA, `torch.cuda.max_memory_allocated` above the memory allocated before the iteration;
+* peak RSS (CPU): the process's resident-memory high-water mark over --mem-iters iterations above its resident
+  memory before them, in a forked child per method (measured alone), after one iteration there and a reset of the
+  kernel's high-water mark (/proc/self/clear_refs); it includes the allocator's cached blocks.
+Goals: our TB within 1.2x of torchgfn's, RL-B within 2x of our TB.
 torchgfn is run two ways: recomputing log pi_F after sampling (what our TB and the official code do) and reusing the
 log-probabilities saved while sampling (torchgfn's on-policy shortcut).
 """
@@ -20,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import multiprocessing as mp
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -81,6 +90,46 @@ def torchgfn_tb(env_args, pf_init, args, device, saved_logprobs: bool):
     return step, lengths
 
 
+def torch_peak_mib(step) -> float:
+    """Peak live CPU tensor memory during step(), above what was live before (see the module docstring)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    running = peak = 0
+    for _, nbytes in sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events()):
+        running += nbytes
+        peak = max(peak, running)
+    return peak / 2**20
+
+
+def _vm_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _rss_child(step, iters: int, queue) -> None:
+    step()  # the first iteration in this process grows the allocator's pools; it is not counted
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+    before = _vm_kib("VmRSS")
+    for _ in range(iters):
+        step()
+    queue.put((_vm_kib("VmHWM") - before) / 1024)
+
+
+def rss_peak_mib(step, iters: int) -> float:
+    """Peak RSS of `iters` iterations above the RSS before them, in a forked child (Linux; see the docstring)."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_rss_child, args=(step, iters, queue))
+    child.start()
+    out = queue.get(timeout=1800)
+    child.join()
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--height", type=int, default=256)
@@ -95,6 +144,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--stop-bias", type=float, default=0.0,
                    help="added to the initial stop logit: e.g. -6 makes trajectories long, like a trained sampler's")
+    p.add_argument("--mem-iters", type=int, default=2, help="iterations per method in the peak-RSS child")
     p.add_argument("--quick", action="store_true", help="H 16, batch 16, MLP 2x32, 5 rounds")
     args = p.parse_args()
     if args.quick:
@@ -120,8 +170,7 @@ def main() -> None:
 
     clock = time.process_time if device.type == "cpu" else time.perf_counter
     times: dict[str, list[float]] = {k: [] for k in methods}
-    memory = {k: saved_bytes(step) for k, (step, _) in methods.items()}  # also the first warm-up round
-    for r in range(args.warmup - 1 + args.reps):
+    for r in range(args.warmup + args.reps):
         for name, (step, _) in methods.items():
             torch.manual_seed(1000 + r)
             if device.type == "cuda":
@@ -130,31 +179,42 @@ def main() -> None:
             step()
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            if r >= args.warmup - 1:
+            if r >= args.warmup:
                 times[name].append(clock() - t)
-    peak = {}
-    if device.type == "cuda":
-        for name, (step, _) in methods.items():
+    saved, peak, rss = {}, {}, {}
+    for name, (step, _) in methods.items():
+        torch.manual_seed(1)
+        saved[name] = saved_bytes(step) / 2**20
+        torch.manual_seed(2)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
             step()
-            peak[name] = torch.cuda.max_memory_allocated() / 2**20
+            torch.cuda.synchronize()
+            peak[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        else:
+            peak[name] = torch_peak_mib(step)
+            torch.manual_seed(3)
+            rss[name] = rss_peak_mib(step, args.mem_iters)
 
     med = {k: statistics.median(v) for k, v in times.items()}
     base_peer = med.get("torchgfn TB-U (recompute log pi_F)", float("nan"))
     base_ours = med["ours TB-U"]
     clock_name = "CPU ms" if device.type == "cpu" else "wall ms"
+    peak_name = "torch peak MB" if device.type == "cpu" else "CUDA peak MB"
     print(f"hypergrid {args.height}^{args.ndim}, batch {args.batch}, MLP {args.layers}x{args.hidden}, stop-logit bias "
-          f"{args.stop_bias:g}, {args.reps} rounds, device {device}, torch {torch.__version__}\n")
+          f"{args.stop_bias:g}, {args.reps} rounds after {args.warmup} warm-up, device {device}, torch "
+          f"{torch.__version__}\n")
     print(f"| method | {clock_name} / iteration (median) | IQR | vs torchgfn TB (recompute) | vs our TB | "
-          f"mean trajectory length | autograd saved MB |" + (" CUDA peak MB |" if peak else ""))
-    print("|---|---|---|---|---|---|---|" + ("---|" if peak else ""))
+          f"mean trajectory length | autograd saved MB | {peak_name} |" + (" peak RSS MB |" if rss else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if rss else ""))
     for name, ts in times.items():
         q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0], ts[0], ts[0]]
         lengths = methods[name][1]
         print(f"| {name} | {1e3 * med[name]:.1f} | {1e3 * q[0]:.1f}-{1e3 * q[2]:.1f} | {med[name] / base_peer:.2f}x | "
-              f"{med[name] / base_ours:.2f}x | {statistics.mean(lengths):.2f} | {memory[name] / 2**20:.2f} |"
-              + (f" {peak[name]:.1f} |" if peak else ""))
-
+              f"{med[name] / base_ours:.2f}x | {statistics.mean(lengths):.2f} | {saved[name]:.2f} | {peak[name]:.1f} |"
+              + (f" {rss[name]:.1f} |" if rss else ""))
 
 if __name__ == "__main__":
     main()

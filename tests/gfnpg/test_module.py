@@ -109,3 +109,27 @@ def test_train_iteration_without_a_trainer_and_predict():
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # every network moved
     (out,) = _trainer().predict(model, datamodule=dm)
     assert out["x"].shape == (16, 2) and torch.equal(out["log_reward"], dm.env.log_reward(out["x"]))
+
+
+def test_fused_adam_takes_the_per_tensor_adam_step(monkeypatch):
+    """The optimisers use torch's fused Adam kernel (a speed choice); one RL-B iteration moves every parameter as
+    the default per-tensor Adam with the same parameter groups and learning rates does."""
+    import zoo.gfnpg.module as module_mod
+
+    dm = GFNEnvDataModule(env="hypergrid", height=5, ndim=2)
+    dm.setup()
+    fused = GFNPGModule(variant="RL-B", **TINY)
+    fused.set_env(dm.env)
+    plain = GFNPGModule(variant="RL-B", **TINY)
+    plain.set_env(dm.env)
+    plain.load_state_dict(fused.state_dict())
+    opts_fused = fused.named_optimizers()
+    assert all(o.defaults["fused"] for o in opts_fused.values())
+    monkeypatch.setattr(module_mod, "_adam", lambda groups: torch.optim.Adam(groups))
+    opts_plain = plain.named_optimizers()
+    assert not any(o.defaults["fused"] for o in opts_plain.values())
+    for model, opts in ((fused, opts_fused), (plain, opts_plain)):
+        torch.manual_seed(0)
+        model.train_iteration(opts)
+    for (name, a), b in zip(fused.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)

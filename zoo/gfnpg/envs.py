@@ -59,6 +59,11 @@ class GFNEnv:
     def features(self, states: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def hot_index(self, states: torch.Tensor) -> Optional[torch.Tensor]:
+        """(N, k) positions of the ones when every feature vector is k-hot (the networks' first layer is then a
+        lookup, ``sampling.net_output``); ``None`` when the features are not."""
+        return None
+
     def level(self, states: torch.Tensor) -> torch.Tensor:
         """Number of moves from s0 (the DAG of states is graded by it)."""
         raise NotImplementedError
@@ -131,6 +136,9 @@ class Hypergrid(GFNEnv):
 
     def features(self, states):
         return torch.nn.functional.one_hot(states, self.height).flatten(-2).float()
+
+    def hot_index(self, states):
+        return states + self.height * torch.arange(self.ndim, device=states.device)  # feature i*H + x_i is 1
 
     def level(self, states):
         return states.sum(-1)

@@ -20,13 +20,20 @@ from zoo.gfnpg.envs import GFNEnv
 from zoo.gfnpg.exact import DEFAULT_MAX_STATES, StateGraph, exact_metrics
 from zoo.gfnpg.objectives import (LOG_REWARD_CLIP_MIN, actor_loss, advantages_and_targets, backward_tb_loss,
                                   critic_loss, db_loss, log_z_surrogate, rl_costs, subtb_loss, tb_loss)
-from zoo.gfnpg.sampling import (backward_log_probs, forward_log_probs, mlp, policy_log_probs, sample_backward,
-                                sample_forward, state_values)
+from zoo.gfnpg.sampling import (backward_log_probs, forward_log_probs, mlp, net_output, policy_log_probs,
+                                sample_backward, sample_forward, state_values)
 from zoo.gfnpg.trpo import trpo_step
 from zoo.hub import HubMixin
 
 VARIANTS = ("RL-U", "RL-B", "RL-G", "RL-T", "TB-U", "TB-B", "DB-U", "DB-B", "SubTB-U", "SubTB-B")
 Variant = Literal["RL-U", "RL-B", "RL-G", "RL-T", "TB-U", "TB-B", "DB-U", "DB-B", "SubTB-U", "SubTB-B"]
+
+
+def _adam(groups: list[dict]) -> torch.optim.Adam:
+    """Adam with torch's fused kernel where it has one (CPU and CUDA): the same update as the default per-tensor
+    loop, in one vectorised kernel per step (the loop was ~5 ms of an iteration on one CPU thread)."""
+    fused = all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
+    return torch.optim.Adam(groups, fused=fused or None)
 
 
 class GFNPGModule(HubMixin, L.LightningModule):
@@ -153,12 +160,12 @@ class GFNPGModule(HubMixin, L.LightningModule):
                       {"params": list(self.value.parameters()), "lr": hp.lr_V, "name": "critic"}]
             if hp.variant != "RL-T":  # RL-T moves pi_F by its TRPO step
                 groups.insert(0, {"params": list(self.pf.parameters()), "lr": hp.lr, "name": "actor"})
-            opts = {"forward": torch.optim.Adam(groups)}
+            opts = {"forward": _adam(groups)}
             if self.pb is not None:
                 back = [{"params": list(self.pb.parameters()), "lr": hp.lr, "name": "pb"}]
                 if self.value_b is not None:
                     back.append({"params": list(self.value_b.parameters()), "lr": hp.lr_V, "name": "critic_b"})
-                opts["backward"] = torch.optim.Adam(back)
+                opts["backward"] = _adam(back)
         else:  # the baselines: one Adam, log Z at lr_Z, pi_F, pi_B and log F at lr
             groups = [{"params": list(self.pf.parameters()), "lr": hp.lr, "name": "pf"}]
             if self.pb is not None:
@@ -167,7 +174,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
                 groups.append({"params": [self.log_z], "lr": hp.lr_Z, "name": "log_z"})
             if self.log_flow is not None:
                 groups.append({"params": list(self.log_flow.parameters()), "lr": hp.lr, "name": "log_flow"})
-            opts = {"balance": torch.optim.Adam(groups)}
+            opts = {"balance": _adam(groups)}
         self._opt_names = list(opts)
         return list(opts.values())
 
@@ -214,7 +221,8 @@ class GFNPGModule(HubMixin, L.LightningModule):
         env, hp = self.env, self.hparams
         valid = traj.valid
         log_pf = forward_log_probs(env, self.pf, traj)
-        log_pb = backward_log_probs(env, self.pb, traj).detach()
+        with torch.no_grad():  # the costs are constants of the actor-critic step: no graph through pi_B
+            log_pb = backward_log_probs(env, self.pb, traj)
         costs = rl_costs(log_pf.detach(), log_pb, traj, log_rewards, self.log_z.detach(), hp.log_reward_clip_min)
         values = state_values(env, self.value, traj)
         adv, targets = advantages_and_targets(costs, values.detach(), valid, hp.lamb)
@@ -271,7 +279,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
             return float(self.log_z)
         with torch.no_grad():
             s0 = self.env.s0(1, self.device)
-            return float(self.log_flow(self.env.features(s0).to(next(self.log_flow.parameters()).dtype))[0, 0])
+            return float(net_output(self.env, self.log_flow, s0)[0, 0])
 
     def state_graph(self) -> StateGraph:
         if self._graph is None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from zoo.gfnpg.envs import GFNEnv, Guide
@@ -24,33 +25,56 @@ def mlp(in_dim: int, out_dim: int, hidden_dim: int = 256, n_hidden_layers: int =
     return nn.Sequential(*layers)
 
 
-def net_input(env: GFNEnv, net: nn.Module, states: torch.Tensor) -> torch.Tensor:
+def net_output(env: GFNEnv, net: nn.Module, states: torch.Tensor) -> torch.Tensor:
+    """``net(env.features(states))``. Where the features are K-hot (``env.hot_index``) and the net starts with a
+    Linear layer, that layer is evaluated as the sum of the weight columns of the hot features (an embedding lookup):
+    the same function and gradients as multiplying by the dense one-hot matrix (tested), without building the
+    (N, feature_dim) matrix or multiplying by its zeros. ``F.embedding`` rather than ``embedding_bag``: its backward is
+    differentiable again, which RL-T's Hessian-vector products need."""
     p = next(net.parameters())
-    return env.features(states).to(device=p.device, dtype=p.dtype)
+    first = net[0] if isinstance(net, nn.Sequential) and isinstance(net[0], nn.Linear) else None
+    hot = env.hot_index(states) if first is not None else None
+    if hot is None:
+        return net(env.features(states).to(device=p.device, dtype=p.dtype))
+    # Gathering rows of the transposed weight reads it with stride; above a few dozen rows a contiguous copy
+    # (one 512x256 transpose on the paper's grid) is cheaper than the strided reads (measured on one CPU thread).
+    table = first.weight.t()
+    if len(states) > 64:
+        table = table.contiguous()
+    h = F.embedding(hot.to(p.device), table).sum(1)
+    if first.bias is not None:
+        h = h + first.bias
+    return net[1:](h)
 
 
-def policy_log_probs(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
-                     guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """log pi(.|s) over all actions, masked. ``net=None`` is the uniform policy (zero logits: uniform over the legal
-    actions, the official ``Uniform`` module). ``guide`` caps the stop logit (RL-G's pi_G, forward only)."""
+def policy_logits(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
+                  guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Masked logits of pi(.|s) over all actions. ``net=None`` is the uniform policy (zero logits: uniform over the
+    legal actions, the official ``Uniform`` module). ``guide`` caps the stop logit (RL-G's pi_G, forward only)."""
     n_out = env.n_actions - 1 if backward else env.n_actions
     if net is None:
         logits = torch.zeros(len(states), n_out, dtype=dtype, device=states.device)
     else:
-        logits = net(net_input(env, net, states))
+        logits = net_output(env, net, states)
     mask = env.backward_masks(states) if backward else env.forward_masks(states)
     logits = logits.masked_fill(~mask, MASKED_LOGIT)
     if guide is not None:
         low = env.log_reward(states) <= guide.log_reward_max
         capped = torch.minimum(logits[:, -1], torch.full_like(logits[:, -1], guide.log_eps))
         logits = torch.cat([logits[:, :-1], torch.where(low, capped, logits[:, -1])[:, None]], dim=1)
-    return logits.log_softmax(-1)
+    return logits
 
 
-def sample_actions(log_probs: torch.Tensor) -> torch.Tensor:
-    """One action per row of a (B, A) log-probability table, by the Gumbel-max trick (exact, and cheaper than
-    building a ``Categorical`` at every step)."""
-    return (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(-1)
+def policy_log_probs(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
+                     guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """log pi(.|s) over all actions, masked (see ``policy_logits``)."""
+    return policy_logits(env, net, states, backward, guide, dtype).log_softmax(-1)
+
+
+def sample_actions(logits: torch.Tensor) -> torch.Tensor:
+    """One action per row of a (B, A) table of logits (or log-probabilities: they differ by a constant per row), by
+    the Gumbel-max trick (exact, and cheaper than normalising and building a ``Categorical`` at every step)."""
+    return (logits - torch.empty_like(logits).exponential_().log()).argmax(-1)
 
 
 @dataclass
@@ -97,8 +121,7 @@ def sample_forward(env: GFNEnv, pf: Optional[nn.Module], n: int, device=None) ->
     while not done.all():
         act = torch.full((n,), -1, dtype=torch.long, device=s.device)
         live = ~done
-        logp = policy_log_probs(env, pf, s[live])
-        act[live] = sample_actions(logp)
+        act[live] = sample_actions(policy_logits(env, pf, s[live]))
         moving = live & (act != stop)
         nxt = torch.full_like(s, -1)
         nxt[moving] = env.step(s[moving], act[moving])
@@ -112,21 +135,24 @@ def sample_forward(env: GFNEnv, pf: Optional[nn.Module], n: int, device=None) ->
 
 @torch.no_grad()
 def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor) -> Trajectories:
-    """Backward trajectories from the terminal states ``x`` to s0 with pi_B (``None``: uniform)."""
-    s = x.clone()
+    """Backward trajectories from the terminal states ``x`` to s0 with pi_B (``None``: uniform). Their lengths are
+    known in advance (the level of x), so the batch is walked in order of decreasing length: the trajectories still
+    moving at step t are then a prefix (a view, no boolean indexing per step); the batch order is restored at the
+    end."""
     lengths = env.level(x)
-    states, actions = [s], []
-    for _ in range(int(lengths.max()) if len(x) else 0):
-        live = env.level(s) > 0
-        act = torch.full((len(x),), -1, dtype=torch.long, device=s.device)
-        act[live] = sample_actions(policy_log_probs(env, pb, s[live], backward=True))
-        nxt = torch.full_like(s, -1)
-        nxt[live] = env.backward_step(s[live], act[live])
-        actions.append(act)
-        states.append(nxt)
-        s = nxt
-    a = torch.stack(actions) if actions else torch.zeros(0, len(x), dtype=torch.long, device=x.device)
-    return Trajectories(torch.stack(states), a, lengths, backward=True)
+    n, L = len(x), int(lengths.max()) if len(x) else 0
+    order = torch.argsort(lengths, descending=True, stable=True)
+    states = torch.full((L + 1, n, x.shape[1]), -1, dtype=x.dtype, device=x.device)
+    actions = torch.full((L, n), -1, dtype=torch.long, device=x.device)
+    states[0] = x[order]
+    moving = (lengths[None, :] > torch.arange(L, device=x.device)[:, None]).sum(1).tolist()  # per step
+    for t, m in enumerate(moving):
+        s = states[t, :m]
+        a = sample_actions(policy_logits(env, pb, s, backward=True))
+        actions[t, :m] = a
+        states[t + 1, :m] = env.backward_step(s, a)
+    restore = torch.argsort(order)
+    return Trajectories(states[:, restore], actions[:, restore], lengths, backward=True)
 
 
 def forward_log_probs(env: GFNEnv, pf: Optional[nn.Module], traj: Trajectories, guide: Optional[Guide] = None,
@@ -163,4 +189,4 @@ def state_values(env: GFNEnv, net: nn.Module, traj: Trajectories) -> torch.Tenso
     valid = traj.valid
     p = next(net.parameters())
     out = torch.zeros(valid.shape, dtype=p.dtype, device=valid.device)
-    return out.masked_scatter(valid, net(net_input(env, net, traj.states[:-1][valid]))[:, 0])
+    return out.masked_scatter(valid, net_output(env, net, traj.states[:-1][valid])[:, 0])

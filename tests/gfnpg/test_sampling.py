@@ -1,0 +1,95 @@
+"""The samplers and the networks' K-hot input layer: exact against the dense computation and the policies' own
+distributions (the speed-ups of sampling.py must not change the math)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+import torch
+
+from zoo.gfnpg import Hypergrid, StateGraph
+from zoo.gfnpg.sampling import Trajectories, backward_log_probs, mlp, net_output, sample_backward, sample_forward
+
+
+@pytest.mark.parametrize("n_rows", [10, 512])  # both gathers: strided (few rows) and from a contiguous copy
+def test_k_hot_first_layer_equals_the_dense_one_hot_product(n_rows):
+    """Value, gradient and Hessian-vector product (RL-T's TRPO needs it) of the lookup equal those of the MLP on the
+    dense K-hot features, in float64."""
+    env = Hypergrid(8, 3)
+    torch.manual_seed(0)
+    net = mlp(env.feature_dim, env.n_actions, hidden_dim=16, n_hidden_layers=2).double()
+    states = env.all_states()[torch.randperm(env.n_states)[:n_rows]]
+    assert env.hot_index(states).shape == (n_rows, 3)
+    weights = torch.randn(n_rows, env.n_actions, dtype=torch.float64)
+    params = list(net.parameters())
+    v = [torch.randn_like(p) for p in params]
+
+    def derivatives(out):
+        loss = (weights * out.tanh()).sum()  # non-linear in the output, so the Hessian is not trivial
+        grads = torch.autograd.grad(loss, params, create_graph=True)
+        hvp = torch.autograd.grad(sum((g * u).sum() for g, u in zip(grads, v)), params)
+        return out.detach(), [g.detach() for g in grads], hvp
+
+    dense = derivatives(net(env.features(states).double()))
+    lookup = derivatives(net_output(env, net, states))
+    torch.testing.assert_close(lookup[0], dense[0], rtol=1e-12, atol=1e-12)
+    for a, b in zip(lookup[1] + list(lookup[2]), dense[1] + list(dense[2])):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _tv(counts: Counter, probs: dict) -> float:
+    n = sum(counts.values())
+    keys = set(counts) | set(probs)
+    return 0.5 * sum(abs(counts.get(k, 0) / n - probs.get(k, 0.0)) for k in keys)
+
+
+def test_forward_sampler_draws_the_terminal_distribution_of_its_policy(grid3, make_net):
+    """Empirical P_T of 20,000 sampled trajectories equals the dynamic programme's exact P_T (TV at the sampling
+    noise, ~0.008); the uniform policy's P_T is far from it, so a sampler that ignored the logits would fail."""
+    env = grid3
+    pf = make_net(env.feature_dim, env.n_actions, seed=3)
+    graph = StateGraph(env)
+    p_t = graph.terminal_distribution(graph.policy_log_probs(pf))
+    exact = {i: float(p) for i, p in enumerate(p_t)}
+    torch.manual_seed(0)
+    traj = sample_forward(env, pf, 20_000)
+    counts = Counter(env.state_index(traj.terminal_states).tolist())
+    assert _tv(counts, exact) < 0.02
+    uniform = graph.terminal_distribution(graph.policy_log_probs(None))
+    assert 0.5 * float((uniform - p_t).abs().sum()) > 0.1
+
+
+def test_backward_sampler_draws_each_path_with_its_pi_b_probability(grid3, make_net):
+    """Backward trajectories from a batch of terminal states of mixed levels (the sampler walks them sorted by
+    length and restores the order): each starts at its own x, ends at s0 after level(x) legal moves, and the paths
+    into x = (2, 2) (six of them, enumerated) occur with their probabilities prod_t pi_B (TV at the sampling noise)."""
+    env = grid3
+    pb = make_net(env.feature_dim, env.n_actions - 1, seed=4)
+    x = torch.tensor([[2, 2], [1, 0], [0, 0], [2, 1], [0, 2]]).repeat(4000, 1)
+    torch.manual_seed(0)
+    back = sample_backward(env, pb, x)
+    assert torch.equal(back.states[0], x) and torch.equal(back.lengths, env.level(x))
+    assert (back.states[back.lengths, torch.arange(len(x))] == 0).all()
+    valid = back.valid
+    for t in range(back.actions.shape[0]):
+        live = valid[t]
+        s, a = back.states[t][live], back.actions[t][live]
+        assert env.backward_masks(s).gather(1, a[:, None]).all()
+        assert torch.equal(back.states[t + 1][live], env.backward_step(s, a))
+    assert (back.actions[~valid] == -1).all()
+    # exact: the six orders of undoing two steps along each axis, as backward trajectories from (2, 2)
+    orders = sorted(set(itertools.permutations((0, 0, 1, 1))))
+    states = [torch.tensor([[2, 2]] * 6)]
+    for t in range(4):
+        states.append(env.backward_step(states[-1], torch.tensor([o[t] for o in orders])))
+    enumerated = Trajectories(torch.stack(states), torch.tensor(orders).T, torch.full((6,), 4), backward=True)
+    with torch.no_grad():
+        p_exact = backward_log_probs(env, pb, enumerated, dtype=torch.float64).sum(0).exp()
+    assert abs(float(p_exact.sum()) - 1.0) < 1e-6
+    exact = dict(zip(orders, p_exact.tolist()))
+    into = (x == torch.tensor([2, 2])).all(1)
+    counts = Counter(tuple(back.actions[:4, i].tolist()) for i in torch.nonzero(into)[:, 0].tolist())
+    assert _tv(counts, exact) < 0.02
+    assert _tv(counts, {k: 1 / 6 for k in exact}) > 0.1  # pi_B is far from uniform here
