@@ -1,12 +1,14 @@
 """PMTRModule: pose output, Hub round trip, multi-part pose composition, config refusals."""
 
+import itertools
+
 import pytest
 import torch
 from scipy.spatial.transform import Rotation
 
 from zoo.errors import ZooError
 from zoo.pmtr import PMTRModule
-from zoo.pmtr.module import _pose_tree
+from zoo.pmtr.averaging import shonan_poses
 
 TINY = dict(channels=[[8, 16], [16, 32, 32], [32, 64, 64]], output_dims=[32, 16], coarse_c=[8, 4, 2],
             coarse_f=[8, 16, 32], fine_c=[[8, 4, 2], [8, 4, 2]], fine_f=[[4, 8, 16], [2, 4, 8]], groups=4,
@@ -37,21 +39,31 @@ def test_forward_gives_a_rotation_and_training_loss_has_gradients(tmp_path):
         assert torch.equal(a, b)
 
 
-def test_pose_tree_composes_exact_pairwise_poses():
-    rs = [torch.eye(3)] + [torch.tensor(Rotation.random(random_state=i).as_matrix(), dtype=torch.float64)
-                           for i in range(3)]
-    ts = [torch.zeros(3, dtype=torch.float64)] + [torch.randn(3, dtype=torch.float64) for _ in range(3)]
-    rs[0] = rs[0].double()
+def _exact_edges(n=4, w=1e-3):
+    rs = [torch.eye(3, dtype=torch.float64)] + [torch.tensor(Rotation.random(random_state=i).as_matrix())
+                                                for i in range(n - 1)]
+    g = torch.Generator().manual_seed(0)
+    ts = [torch.zeros(3, dtype=torch.float64)] + [torch.randn(3, generator=g, dtype=torch.float64) for _ in range(n - 1)]
     edges = {}
-    for i in range(4):
-        for j in range(i + 1, 4):  # exact pose i -> j from anchor-relative poses
-            r = rs[j] @ rs[i].T
-            edges[(i, j)] = (r, ts[j] - r @ ts[i], float(10 - abs(i - j)))
-    edges[(0, 3)] = (torch.eye(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64), 0.0)  # a bad, weak edge
-    r_pred, t_pred = _pose_tree(4, 0, edges)
+    for i, j in itertools.permutations(range(n), 2):  # exact pose i -> j from the anchor-relative poses
+        r = rs[j] @ rs[i].T
+        edges[(i, j)] = (r, ts[j] - r @ ts[i], w)
+    return rs, ts, edges
+
+
+def test_shonan_averaging_recovers_consistent_poses_and_outweighs_an_uncertain_bad_pair():
+    pytest.importorskip("gtsam", reason="gtsam (pmtr extra) runs the official Shonan rotation averaging")
+    rs, ts, edges = _exact_edges()
+    r_pred, t_pred = shonan_poses(4, 0, edges)
     for a, b, c, d in zip(r_pred, rs, t_pred, ts):
-        torch.testing.assert_close(a.double(), b, rtol=0, atol=1e-10)
-        torch.testing.assert_close(c.double(), d, rtol=0, atol=1e-10)
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+        torch.testing.assert_close(c, d, rtol=0, atol=1e-6)
+    eye, zero = torch.eye(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    edges[(0, 3)] = edges[(3, 0)] = (eye, zero, 1e3)  # a wrong pair with a million times the uncertainty
+    r_pred, t_pred = shonan_poses(4, 0, edges)
+    for a, b, c, d in zip(r_pred, rs, t_pred, ts):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-3)
+        torch.testing.assert_close(c, d, rtol=0, atol=1e-3)
 
 
 def test_multi_part_test_step_logs_part_accuracy():

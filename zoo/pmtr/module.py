@@ -10,27 +10,10 @@ import torch
 
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
+from zoo.pmtr.averaging import shonan_poses
 from zoo.pmtr.geometry import relative_pose
 from zoo.pmtr.metrics import multipart_metrics, pairwise_metrics
 from zoo.pmtr.model import PMTR
-
-
-def _pose_tree(n: int, anchor: int, edges: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, float]]):
-    """Absolute poses anchor -> part from pairwise estimates: a maximum spanning tree (Prim, from the anchor) over
-    the pair confidences, poses composed along it. The official multi-part test runs gtsam Shonan averaging over
-    all pairs instead (not a dependency here; see the card)."""
-    dtype = next(iter(edges.values()))[0].dtype
-    poses = {anchor: (torch.eye(3, dtype=dtype), torch.zeros(3, dtype=dtype))}
-    while len(poses) < n:
-        best = None
-        for (i, j), (r, t, w) in edges.items():
-            for a, b, ra, ta in ((i, j, r, t), (j, i, r.t(), -r.t() @ t)):
-                if a in poses and b not in poses and (best is None or w > best[0]):
-                    best = (w, a, b, ra, ta)
-        _, a, b, r, t = best
-        r_a, t_a = poses[a]
-        poses[b] = (r @ r_a, r @ t_a + t)
-    return [poses[i][0] for i in range(n)], [poses[i][1] for i in range(n)]
 
 
 class PMTRModule(HubMixin, L.LightningModule):
@@ -130,10 +113,17 @@ class PMTRModule(HubMixin, L.LightningModule):
         parts, rs, cs = batch["parts"], batch["gt_rotations"], batch["gt_translations"]
         n, anchor = len(parts), int(batch["anchor"])
         edges = {}
-        for i, j in itertools.combinations(range(n), 2):
+        for i, j in itertools.permutations(range(n), 2):  # every ordered pair, as the official test_mpa.py
             out = self.model(parts[i], parts[j])
-            edges[(i, j)] = (out.rotation.cpu(), out.translation.cpu(), float(out.num_correspondences))
-        r_pred, t_pred = _pose_tree(n, anchor, edges)
+            # the official factor uncertainty: 1 / mean((node score * 1e5)^2)
+            score = float((out.node_corr_scores.double() * 1e5).pow(2).mean()) if out.node_corr_scores.numel() else 0.0
+            edges[(i, j)] = (out.rotation.cpu().double(), out.translation.cpu().double(), 1.0 / max(score, 1e-12))
+        poses = shonan_poses(n, anchor, edges)
+        self.log("test/shonan_failed", float(poses is None), batch_size=1)
+        if poses is None:  # Shonan failed: the anchor's own pairwise estimates, as the official fallback
+            poses = ([edges[(anchor, i)][0] if i != anchor else torch.eye(3, dtype=torch.float64) for i in range(n)],
+                     [edges[(anchor, i)][1] if i != anchor else torch.zeros(3, dtype=torch.float64) for i in range(n)])
+        r_pred, t_pred = [r.to(parts[0].dtype) for r in poses[0]], [t.to(parts[0].dtype) for t in poses[1]]
         gt = [relative_pose(rs[anchor], cs[anchor], rs[i], cs[i]) for i in range(n)]
         m = multipart_metrics([p.cpu() for p in parts], r_pred, t_pred, [g[0].cpu() for g in gt],
                               [g[1].cpu() for g in gt])
