@@ -153,6 +153,6 @@ def test_module_trains_on_the_embedded_oracle():
         m.train_iteration(opts)
     _, metrics = m.exact_evaluation()
     assert all(np.isfinite(v) for v in metrics.values()) and 0 <= metrics["tv"] <= 1
-    with pytest.raises(ZooError, match="RL-G needs a guided pi_G"):
+    with pytest.raises(ZooError, match="RL-G needs a guided pi_G.*Replay_G, is not implemented here; use RL-B"):
         g = GFNPGModule(variant="RL-G", batch_size=4, hidden_dim=8, n_hidden_layers=1, value_hidden_layers=1)
         g.set_env(dm.env)

@@ -78,7 +78,7 @@ def test_bad_input_is_a_one_line_error():
         GFNPGModule(variant="PPO")
     dm = GFNEnvDataModule(env="hypergrid", height=4, ndim=2, guide=False)
     dm.setup()
-    with pytest.raises(ZooError, match="RL-G needs a guided pi_G"):
+    with pytest.raises(ZooError, match="RL-G needs a guided pi_G.*set the datamodule's guide: true"):
         GFNPGModule(variant="RL-G").set_env(dm.env)
     big = GFNEnvDataModule(env="hypergrid", height=64, ndim=4)
     big.setup()

@@ -89,6 +89,12 @@ def oracle_rewards(y: np.ndarray, alpha: float = 3.0, R_max: float = 10.0, R_min
 class SequenceEnv(GFNEnv):
     """Sequences of length ``length`` over ``nbase`` symbols; ``rewards`` (nbase**length,) in nbase2dec order."""
 
+    # The official RL-G guide of these tasks is a replay buffer of every terminal sequence seen with its reward
+    # (``Replay_G`` in envs/bioseq.py), scoring a step by the mean reward of the buffered sequences that agree with
+    # its next state; it is not implemented here.
+    guide_hint = ("the sequence tasks' guide, the official replay buffer Replay_G, is not implemented here; "
+                  "use RL-B")
+
     def __init__(self, rewards: torch.Tensor, nbase: int, length: int, name: str = "bioseq"):
         if nbase < 2 or length < 1:
             raise ZooError(f"a sequence task needs nbase >= 2 and length >= 1, got nbase={nbase}, length={length}")

@@ -36,6 +36,8 @@ class GFNEnv:
     n_actions: int
     feature_dim: int
     guide: Optional[Guide] = None
+    # what to do when RL-G finds no guide (the error message's hint)
+    guide_hint: str = "set the datamodule's guide: true"
 
     # -- dynamics ------------------------------------------------------------------------------------------------
     def s0(self, batch: int, device=None) -> torch.Tensor:

@@ -129,8 +129,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
 
     def set_env(self, env: GFNEnv) -> None:
         if self.hparams.variant == "RL-G" and env.guide is None:
-            raise ZooError(f"variant RL-G needs a guided pi_G, and {env.describe()} has none (set the datamodule's "
-                           "guide: true)")
+            raise ZooError(f"variant RL-G needs a guided pi_G, and {env.describe()} has none ({env.guide_hint})")
         self.build(env.feature_dim, env.n_actions)
         self.env = env
         self._graph = None
