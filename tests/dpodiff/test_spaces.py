@@ -77,3 +77,17 @@ def test_llm_answers_are_parsed_from_the_official_format():
     out = llm_candidates("a hot dog", "antonym", lambda q: asked.append(q) or answer)
     assert out["hot"][0] == "cold" and asked[0].startswith("Read the next paragraph. For each word, give 5 opposite")
     assert asked[0].endswith("a hot dog")
+
+
+def test_offline_tokenizer_matches_open_clips_own_bpe_tokenizer(tokenizer):
+    """The single-token filter's tokenizer (transformers' CLIPTokenizer over open-clip-torch's bundled BPE) encodes
+    exactly as open-clip-torch's SimpleTokenizer, OpenAI CLIP's reference tokenizer, does."""
+    from open_clip.tokenizer import SimpleTokenizer
+
+    ref = SimpleTokenizer()
+    texts = [*EMBEDDED_PROMPTS, "A Photo of a CAT!", "don't stop, rock'n'roll: 4k HDR, f/1.8", "ice-cold  soup", "",
+             "greg rutkowski, trending on artstation, octane render, unreal engine 5, hyperrealistic bokeh"]
+    for text in texts:
+        ours = tokenizer(text).input_ids
+        assert ours == [ref.sot_token_id, *ref.encode(text), ref.eot_token_id], text
+    assert tokenizer.vocab_size == len(ref.encoder) == 49408
