@@ -156,3 +156,21 @@ def test_module_trains_on_the_embedded_oracle():
     with pytest.raises(ZooError, match="RL-G needs a guided pi_G.*Replay_G, is not implemented here; use RL-B"):
         g = GFNPGModule(variant="RL-G", batch_size=4, hidden_dim=8, n_hidden_layers=1, value_hidden_layers=1)
         g.set_env(dm.env)
+
+
+def test_every_variant_but_rl_g_takes_a_sequence_task():
+    from zoo.gfnpg import VARIANTS
+
+    dm = GFNEnvDataModule(env="bioseq", seq_task="TFbind8", seq_length=2)
+    dm.setup()
+    for variant in VARIANTS:
+        if variant == "RL-G":
+            continue
+        torch.manual_seed(0)
+        m = GFNPGModule(variant=variant, batch_size=8, hidden_dim=16, n_hidden_layers=1, value_hidden_layers=1)
+        m.set_env(dm.env)
+        opts = m.named_optimizers()
+        for _ in range(2):
+            loss = m.train_iteration(opts)["train/loss"]
+        _, metrics = m.exact_evaluation()
+        assert np.isfinite(float(loss)) and 0 <= metrics["tv"] <= 1, variant
