@@ -76,6 +76,8 @@ def test_fit_then_restore_with_init_from(tmp_path):
     (dict(lam=-1.0), "lambda must be > 0"),
     (dict(channels=2), "channels must be 1"),
     (dict(k=1.0), "k must be in"),
+    (dict(admm_rho=0.0), "admm_rho must be > 0"),
+    (dict(ishikawa_outer="gamma"), "ishikawa_outer must be"),
 ])
 def test_bad_configuration_is_refused(kwargs, match):
     with pytest.raises(ZooError, match=match):
