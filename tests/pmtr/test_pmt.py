@@ -159,3 +159,11 @@ def test_bad_widths_are_refused():
     blk = CoarsePMTBlock(c=[4, 2], f=[2, 4], heads=[2])
     with pytest.raises(ZooError, match="8-d node features"):
         blk(torch.rand(3, 3), torch.rand(3, 3), torch.rand(3, 6), torch.rand(3, 6))
+
+
+def test_merge_before_contraction_equals_the_official_order():
+    torch.manual_seed(6)
+    layer = ProxyMatchTransform(c_in=3, f_in=2, c_out=4, f_out=5, heads=3).double()
+    y = torch.randn(6, 2, 4, 3, dtype=torch.float64)
+    torch.testing.assert_close(layer.contract_merge(y, layer.out_src), layer.merge(layer.contract(y), layer.out_src),
+                               rtol=1e-12, atol=1e-12)
