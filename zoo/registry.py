@@ -169,11 +169,11 @@ PAPERS: dict[str, Paper] = {
             "Learning Pseudo-Contractive Denoisers for Inverse Problems",
             _arxiv("2402.05637"),
             "github.com/FizzzFizzz/Learning-Pseudo-Contractive-Denoisers-for-Inverse-Problems",
-            status="in progress",
+            status="implemented",
             modules=("zoo.pcdenoiser.PCDenoiserModule",),
             datamodules=("datamodules.restoration.RestorationDataModule",),
             configs=("pcdenoiser_div2k", "pcdenoiser_deblur_set12", "pcdenoiser_deblur_set12_gd",
-                     "pcdenoiser_poisson_set12", "pcdenoiser_sisr_set12"),
+                     "pcdenoiser_poisson_set12", "pcdenoiser_poisson_deblur_bsd68", "pcdenoiser_sisr_set12"),
             sweeps=("pcdenoiser_camera",),
         ),
         Paper(
