@@ -113,7 +113,8 @@ def _worker(solver: str, p: float, n: int, d: int, threads: int, time_limit: flo
 
 
 def run_one(solver: str, p: float, n: int, d: int, threads: int, time_limit: float, tmp: Path,
-            lp_time_limit: float | None = None, memory_gb: float | None = None, form: str = "norm"):
+            lp_time_limit: float | None = None, memory_gb: float | None = None, form: str = "norm",
+            grace: float = 120.0):
     import numpy as np
 
     out = tmp / f"{solver}_{p}_{d}.npy"
@@ -123,12 +124,13 @@ def run_one(solver: str, p: float, n: int, d: int, threads: int, time_limit: flo
     t0 = time.perf_counter()
     proc.start()
     limit = time_limit if solver == "cvxpy" else (lp_time_limit if lp_time_limit and p == 1.0 else None)
-    proc.join(None if limit is None else limit + 120)  # set-up and canonicalisation are outside the solver's limit
+    proc.join(None if limit is None else limit + grace)  # set-up and canonicalisation are outside the solver's limit
     if proc.is_alive():
         proc.kill()
         proc.join()
         return {"seconds": time.perf_counter() - t0, "peak": float("nan"), "base": float("nan"),
-                "status": "killed (time limit)", "w": None}
+                "status": f"killed at {limit + grace:g} s (limit + set-up grace)",
+                "w": None}
     meta = Path(str(out) + ".meta")
     if proc.exitcode != 0 or not meta.exists():
         return {"seconds": float("nan"), "peak": float("nan"), "base": float("nan"),
@@ -146,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions per cell (1 above d = 20,000)")
     ap.add_argument("--cvxpy-time-limit", type=float, default=300.0, help="seconds per cvxpy solve")
     ap.add_argument("--lp-time-limit", type=float, default=None, help="seconds per HiGHS solve (default: none)")
+    ap.add_argument("--grace", type=float, default=120.0,
+                    help="seconds allowed beyond a time limit (problem set-up, cvxpy's canonicalisation) before the "
+                         "process is killed")
     ap.add_argument("--cvxpy-memory-gb", type=float, default=10.0,
                     help="address-space cap of each cvxpy process (a solve beyond it is reported, not swapped)")
     ap.add_argument("--cvxpy-form", choices=["norm", "powcone", "dual"], default="norm",
@@ -176,14 +181,15 @@ def main(argv: list[str] | None = None) -> int:
         for d in args.ds:
             reps = args.reps if d <= 20000 else 1
             for p in args.ps:
-                ours = [run_one("ours", p, args.n, d, args.threads, args.cvxpy_time_limit, tmp, args.lp_time_limit)
+                ours = [run_one("ours", p, args.n, d, args.threads, args.cvxpy_time_limit, tmp, args.lp_time_limit,
+                                grace=args.grace)
                         for _ in range(reps)]
                 if any(r["w"] is None or r["status"] != "ok" for r in ours):
                     print(f"| {p:g} | {d:,} | ours: {ours[0]['status']} after {ours[0]['seconds']:.0f} s | "
                           "| | | | | | |", flush=True)
                     continue
                 peer = run_one("cvxpy", p, args.n, d, args.threads, args.cvxpy_time_limit, tmp,
-                               memory_gb=args.cvxpy_memory_gb, form=args.cvxpy_form)
+                               memory_gb=args.cvxpy_memory_gb, form=args.cvxpy_form, grace=args.grace)
                 ts = [r["seconds"] for r in ours]
                 med = statistics.median(ts)
                 name = "HiGHS LP" if p == 1.0 else "dual Newton"
