@@ -1,61 +1,75 @@
 """Shortcut Text Gradient vs full backpropagation through the sampler (gradient checkpointing on): gradient time
-and peak memory for t in {5, 15, 25, 45} on a mid-size SD-shaped random stack (issue goal: shortcut flat in t and
-at least 3x leaner than full backprop at t = 45).
+and peak memory for t in {5, 15, 25, 45} on a mid-size SD-shaped random stack, in one run (issue goal: shortcut
+flat in t and at least 3x leaner than full backprop at t = 45).
 
-    python benchmarks/dpodiff_shortcut.py            # mid-size stack, t = 5 15 25 45, 3 repetitions
+    python benchmarks/dpodiff_shortcut.py            # mid-size stack, t = 5 15 25 45, 3 repetitions per cell
     python benchmarks/dpodiff_shortcut.py --quick    # tiny stack, t = 2 5, 1 repetition (tests/test_benchmarks.py)
     python benchmarks/dpodiff_shortcut.py --device cuda
 
-Peak memory: CUDA's max_memory_allocated above the start on a GPU; on the CPU the peak resident set size above
-the start, sampled every millisecond by a thread (psutil).
+A gradient is d loss / d (conditional and unconditional text states) of the one-step CLIP loss at step t, exactly
+what GPO backpropagates to α. Peak memory above the start of each gradient: on CUDA `max_memory_allocated`; on the
+CPU the kernel's resident high-water mark (VmHWM, reset through /proc/self/clear_refs before every gradient), with
+glibc's mmap threshold pinned to one page (4 KiB) (the script re-executes itself once with MALLOC_MMAP_THRESHOLD_ set), so
+that every freed tensor goes back to the OS at once and the RSS follows the live tensors, not the heap's history.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
-import threading
+import sys
 import time
+from pathlib import Path
 
-import psutil
 import torch
 
 from zoo.dpodiff.loss import clip_text_features
 from zoo.dpodiff.sampler import estimation_loss, text_embeds
 from zoo.dpodiff.stack import tiny_stack
 
-MID = dict(unet_channels=(64, 128, 128), vae_channels=(32, 64, 64), latent_size=32, hidden=128, layers=4, heads=4,
+# SD-shaped (3-level UNet with cross-attention on 4-channel 16x16 latents, 3-level VAE decoding to 64x64, CLIP text
+# and vision towers of width 128, 4 layers), sized so that the whole t = 5..45 run, 3 repetitions per cell, fits the
+# shared 2-core CPU's 12-minute heavy slot (32x32 latents took ~4x longer per UNet call there).
+MID = dict(unet_channels=(32, 64, 64), vae_channels=(32, 64, 64), latent_size=16, hidden=128, layers=4, heads=4,
            clip_image_size=64, clip_patch=16, norm_groups=16)
 QUICK = dict(unet_channels=(8, 16), vae_channels=(8, 8), latent_size=8, hidden=16, layers=1, heads=2,
              clip_image_size=16, clip_patch=8)
+PROMPT = "a photo of a dog"
+PINNED = "4096"  # bytes (one page): allocations above it are mmapped, and unmapped when freed
 
 
-def peak_during(fn, device: str) -> tuple[float, float]:
-    """(seconds, peak MiB above the start) of fn()."""
+def _status_kib(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def measure(fn, device: str) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds of this process, peak MiB above the start) of fn()."""
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         torch.cuda.synchronize()
-        return time.perf_counter() - t0, (torch.cuda.max_memory_allocated() - base) / 2**20
-    proc, peak, stop = psutil.Process(), [0], threading.Event()
-    base = proc.memory_info().rss
-
-    def watch():
-        while not stop.is_set():
-            peak[0] = max(peak[0], proc.memory_info().rss)
-            time.sleep(0.001)
-
-    th = threading.Thread(target=watch)
-    th.start()
-    t0 = time.perf_counter()
+        return (time.perf_counter() - t0, time.process_time() - c0,
+                (torch.cuda.max_memory_allocated() - base) / 2**20)
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+    base = _status_kib("VmRSS")
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
-    dt = time.perf_counter() - t0
-    stop.set()
-    th.join()
-    return dt, max(peak[0] - base, 0) / 2**20
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return wall, cpu, max(_status_kib("VmHWM") - base, 0) / 1024
+
+
+def gradient(stack, feats, cond0, uncond0, z, mode: str, t: int, steps: int) -> None:
+    """d loss / d (text states) of the one-step CLIP loss at step t, through the shortcut or the whole sampler."""
+    cond, uncond = cond0.clone().requires_grad_(True), uncond0.clone().requires_grad_(True)
+    estimation_loss(stack, cond, uncond, feats, t, steps, 7.5, latents=z, backprop=mode).backward()
 
 
 def main() -> None:
@@ -64,35 +78,49 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ts", type=int, nargs="*", default=None)
     a = ap.parse_args()
-    torch.set_num_threads(1) if a.device == "cpu" and a.quick else None
-    ts = a.ts or ([2, 5] if a.quick else [5, 15, 25, 45])
-    reps = a.reps or (1 if a.quick else 3)
+    if a.device == "cpu" and os.environ.get("MALLOC_MMAP_THRESHOLD_") != PINNED:  # glibc reads it at start-up only
+        os.execve(sys.executable, [sys.executable, *sys.argv], dict(os.environ, MALLOC_MMAP_THRESHOLD_=PINNED))
+    a.reps = a.reps or (1 if a.quick else 3)
+    if a.device == "cpu":
+        torch.set_num_threads(a.threads)
     stack = tiny_stack(**(QUICK if a.quick else MID)).to(a.device)
-    feats = clip_text_features(stack, "a photo of a dog")
-    cond0, uncond0 = text_embeds(stack, "a photo of a dog").detach(), text_embeds(stack, "").detach()
+    feats = clip_text_features(stack, PROMPT)
+    cond0, uncond0 = text_embeds(stack, PROMPT).detach(), text_embeds(stack, "").detach()
     z = torch.randn((1, *stack.latent_shape), generator=torch.Generator().manual_seed(0)).to(a.device)
-    print(f"device={a.device} stack={'quick' if a.quick else 'mid'} steps={a.steps} reps={reps} torch={torch.__version__}")
-    print("| t | shortcut s | full (ckpt) s | time ratio | shortcut MiB | full MiB | memory ratio |")
-    print("|---|---|---|---|---|---|---|", flush=True)
+    for m in ("shortcut", "full"):  # kernels, autograd's and the allocator's first-use costs paid outside
+        gradient(stack, feats, cond0, uncond0, z, m, 1, a.steps)
+    params = {k: sum(p.numel() for p in getattr(stack, k).parameters()) for k in ("unet", "vae", "text_encoder", "clip")}
+    ts = a.ts or ([2, 5] if a.quick else [5, 15, 25, 45])
+    import diffusers
+    import transformers
+
+    print(f"device={a.device} stack={'quick' if a.quick else 'mid'} {QUICK if a.quick else MID} steps={a.steps} "
+          f"reps={a.reps} threads={a.threads} cpu={platform.processor() or platform.machine()} "
+          f"torch={torch.__version__} diffusers={diffusers.__version__} transformers={transformers.__version__}")
+    clock = "wall" if a.device == "cuda" else "CPU"  # a shared CPU's wall clock measures the other jobs too
+    print(f"| t | shortcut {clock} s | full (ckpt) {clock} s | time ratio | shortcut wall s | full wall s "
+          "| shortcut peak MiB | full peak MiB | memory ratio |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for t in ts:
-        res = {}
-        for mode in ("shortcut", "full"):
-            times, mems = [], []
-            for _ in range(reps):
-                cond = cond0.clone().requires_grad_(True)
+        r: dict[str, list] = {"shortcut": [], "full": []}
+        for _ in range(a.reps):  # interleaved, so a change of load hits both modes alike
+            for m, runs in r.items():
+                runs.append(measure(lambda m=m, t=t: gradient(stack, feats, cond0, uncond0, z, m, t, a.steps), a.device))
 
-                def grad():
-                    estimation_loss(stack, cond, uncond0, feats, t, a.steps, 7.5, latents=z, backprop=mode).backward()
+        def stat(m, i, digits=2, r=r):
+            xs = [x[i] for x in r[m]]
+            return statistics.median(xs), f"{statistics.median(xs):.{digits}f} ± {(max(xs) - min(xs)) / 2:.{digits}f}"
 
-                dt, mb = peak_during(grad, a.device)
-                times.append(dt)
-                mems.append(mb)
-            res[mode] = (statistics.median(times), max(times) - min(times), statistics.median(mems))
-        (ts_, _, ms), (tf, _, mf) = res["shortcut"], res["full"]
-        print(f"| {t} | {ts_:.3f} | {tf:.3f} | {tf / ts_:.2f} | {ms:.1f} | {mf:.1f} | {mf / max(ms, 1e-9):.2f} |",
-              flush=True)
+        k = 0 if a.device == "cuda" else 1
+        (cs, cs_txt), (cf, cf_txt) = stat("shortcut", k), stat("full", k)
+        (ms, ms_txt), (mf, mf_txt) = stat("shortcut", 2, 1), stat("full", 2, 1)
+        print(f"| {t} | {cs_txt} | {cf_txt} | {cf / cs:.2f} | {stat('shortcut', 0)[1]} | {stat('full', 0)[1]} "
+              f"| {ms_txt} | {mf_txt} | {mf / ms if ms >= 1 else float('nan'):.2f} |", flush=True)
+    print("(medians over the repetitions ± half their range; memory ratio nan: a peak under 1 MiB, below what the "
+          "RSS resolves)\nparameters: " + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in params.items()))
 
 
 if __name__ == "__main__":
