@@ -56,8 +56,8 @@ def test_mvtec_layout(tmp_path):
 
 
 def test_mvtec_matches_anomalib_reader(tmp_path):
-    pytest.importorskip("anomalib", reason="anomalib pins jsonargparse<4.47: pip install --no-deps anomalib==2.7.0 "
-                                           "omegaconf kornia rich-argparse opencv-python-headless")
+    pytest.importorskip("anomalib", reason="anomalib is in the vpdm extra (anomalib==2.2.0, the last release "
+                                           "without jsonargparse<4.47): pip install -e '.[vpdm]'")
     from anomalib.data.datasets.image.mvtecad import make_mvtec_ad_dataset
 
     root = _mvtec(tmp_path / "mvtec", classes=("bottle",))

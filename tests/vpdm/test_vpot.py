@@ -33,6 +33,42 @@ def test_plan_matches_pot_and_marginals(kind):
     np.testing.assert_allclose(res.plan.sum(1).numpy(), 1 / k, atol=1e-6)
 
 
+def test_log_domain_fallback_matches_pot():
+    """At small eps the kernel exp(-C / eps) leaves float32's range: the log-domain iterations run and agree with
+    POT's Sinkhorn in float64 (where the kernel still fits, as do our float64 kernel-domain iterations)."""
+    tokens, protos = _problem(b=2, n=16, k=6)
+    cost = prototype_cost(tokens, protos)
+    eps = 0.01
+    res = sinkhorn_log(cost.float(), eps, tol=1e-6, max_iter=20000, check_every=1)
+    assert res.log_domain
+    res64 = sinkhorn_log(cost, eps, tol=1e-11, max_iter=20000, check_every=1)
+    assert not res64.log_domain
+    n, k = cost.shape[1:]
+    for b in range(cost.shape[0]):
+        ref = ot.sinkhorn(np.full(n, 1 / n), np.full(k, 1 / k), cost[b].numpy(), eps, stopThr=1e-11,
+                          numItermax=200000)
+        np.testing.assert_allclose(res64.plan[b].numpy(), ref, atol=1e-9)
+        # float32 exponents C / eps of a few hundred carry ~3e-5 relative rounding: a few 1e-6 on entries of 1/16
+        np.testing.assert_allclose(res.plan[b].double().numpy(), ref, atol=5e-6)
+    np.testing.assert_allclose(res.plan.sum(2).double().numpy(), 1 / n, atol=5e-6)  # float32 rounding, as above
+    np.testing.assert_allclose(res.plan.sum(1).double().numpy(), 1 / k, atol=5e-6)
+
+
+def test_float32_plan_matches_pot():
+    """The model's setting: float32 kernel-domain iterations, marginals to 1e-6, the plan equal to POT's."""
+    tokens, protos = _problem(b=4, n=49, k=8, d=16)
+    cost = prototype_cost(tokens, protos)
+    res = sinkhorn_log(cost.float(), 0.05, tol=1e-6)
+    assert res.plan.dtype == torch.float32 and not res.log_domain
+    n, k = cost.shape[1:]
+    np.testing.assert_allclose(res.plan.sum(2).double().numpy(), 1 / n, atol=1e-6)
+    np.testing.assert_allclose(res.plan.sum(1).double().numpy(), 1 / k, atol=1e-6)
+    for b in range(cost.shape[0]):
+        ref = ot.sinkhorn(np.full(n, 1 / n), np.full(k, 1 / k), cost[b].numpy(), 0.05, stopThr=1e-12,
+                          numItermax=100000)
+        np.testing.assert_allclose(res.plan[b].double().numpy(), ref, atol=1e-6)
+
+
 def test_cost_is_mean_squared_difference():
     tokens, protos = _problem()
     ref = ((tokens[:, :, None, :] - protos[None, None]) ** 2).mean(-1)
@@ -102,7 +138,9 @@ def test_ot_loss_gradient_is_the_envelope_gradient():
 def test_refusals():
     tokens, protos = _problem()
     with pytest.raises(ZooError, match=r"did not converge: marginal error .* after 3 iterations"):
-        sinkhorn_log(prototype_cost(tokens, protos), 1e-3, max_iter=3)
+        sinkhorn_log(prototype_cost(tokens, protos), 1e-3, max_iter=3)  # log domain
+    with pytest.raises(ZooError, match=r"did not converge: marginal error .* after 2 iterations"):
+        sinkhorn_log(prototype_cost(tokens, protos), 0.5, max_iter=2)  # kernel domain
     with pytest.raises(ZooError, match="eps must be > 0"):
         sinkhorn_log(prototype_cost(tokens, protos), 0.0)
     with pytest.raises(ZooError, match="cost 'l1'"):

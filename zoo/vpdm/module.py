@@ -127,8 +127,10 @@ class VPDMModule(HubMixin, L.LightningModule):
         tokens = x.flatten(2).transpose(1, 2)  # (B, N, D)
         cost = prototype_cost(tokens, self.prototypes, self.hparams.ot_cost)
         with torch.no_grad():
-            plan = sinkhorn_log(cost.detach().double(), self.hparams.ot_epsilon, max_iter=self.hparams.ot_max_iter,
-                                tol=self.hparams.ot_tol).plan.to(cost.dtype)
+            # in the features' dtype: float32 holds the marginals to ot_tol (1e-5), and the Sinkhorn switches to the
+            # log domain by itself where float32's kernel would under/overflow
+            plan = sinkhorn_log(cost.detach(), self.hparams.ot_epsilon, max_iter=self.hparams.ot_max_iter,
+                                tol=self.hparams.ot_tol).plan
         cond = vague_condition(plan, self.prototypes)  # gradient reaches P through L_diff too: one objective
         return cond.transpose(1, 2).reshape(b, d, h, w), ot_loss(plan, cost)
 
