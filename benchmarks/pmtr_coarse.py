@@ -115,6 +115,18 @@ def peak_step_mib(block, pos, feats, device) -> float:
     return cpu_peak_mib(lambda: step(block, pos, feats))
 
 
+def count_cpu_attention_flops() -> None:
+    """`FlopCounterMode` has formulas for the CUDA SDPA kernels but none for CPU's flash kernel, which
+    `nn.MultiheadAttention` uses here: without one the attention products (Q K^T, A V: 4 n_q n_k d per call) are not
+    counted. Register torch's own SDPA formula for it (once)."""
+    from torch.utils import flop_counter
+
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    if op not in flop_counter.flop_registry and op.default not in flop_counter.flop_registry:
+        flop_counter.register_flop_formula(op)(
+            lambda q, k, v, *args, out_shape=None, **kwargs: flop_counter.sdpa_flop_count(q, k, v))
+
+
 def measure(block, n: int, d: int, device, reps: int) -> dict:
     pos, feats = inputs(n, d, device)
     with FlopCounterMode(display=False) as fc:  # forward only, on inputs outside autograd
@@ -148,6 +160,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="64-d widths (c=[16, 8, 4], f=[4, 8, 16]), 32/64 nodes")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    count_cpu_attention_flops()
     if args.quick:
         c, f, d = [16, 8, 4], [4, 8, 16], 64
     else:
