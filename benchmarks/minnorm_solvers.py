@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                         if ok and wp is not None and np.isfinite(wp).all() else float("nan"))
                 ratio = f"{peer['seconds'] / med:.1f}x"
                 if not ok:  # a lower bound: cvxpy's wall time so far over ours
-                    ratio = f">{peer['seconds'] / med:.0f}x (not solved within {args.cvxpy_time_limit:g} s)"
+                    ratio = (f">{peer['seconds'] / med:.0f}x (not solved within {args.cvxpy_time_limit:g} s)"
+                             if np.isfinite(peer["seconds"]) else "n/a (no cvxpy solution)")
                 print(f"| {p:g} | {d:,} | {name} | {med:.2f} ({min(ts):.2f}–{max(ts):.2f}) | "
                       f"{max(r['peak'] for r in ours):.0f} (+{max(r['peak'] - r['base'] for r in ours):.0f}) | {peer['seconds']:.2f} | "
                       f"{peer['peak']:.0f} (+{peer['peak'] - peer['base']:.0f}) | {peer['status']} | {ratio} | "
