@@ -128,3 +128,37 @@ def test_at_the_official_epsilon_narrow_conditionals_pay_their_own_variance():
     assert abs(value - C.mean()) < 0.05 * C.mean() and value > 5 * w2
     small = primal_value(log_sinkhorn(C, 0.01), C, 0.01)
     assert small < 0.4 * value  # a small ε brings the term back towards the transport cost
+
+
+def gaussian_entropic_ot(m1, s1, m2, s2, eps):
+    """Closed form of min_π E|a - b|² + ε KL(π | μ⊗ν) for μ = N(m1, s1²), ν = N(m2, s2²) in 1-D: the optimal plan is
+    Gaussian with correlation ρ solving ρ / (1 - ρ²) = 2 s1 s2 / ε (Janati et al. 2020; Mallasto et al. 2021)."""
+    k = 2 * s1 * s2 / eps
+    rho = (math.sqrt(1 + 4 * k * k) - 1) / (2 * k)
+    return (m1 - m2) ** 2 + s1**2 + s2**2 - 2 * rho * s1 * s2 - 0.5 * eps * math.log(1 - rho**2)
+
+
+@pytest.mark.parametrize("m1, s1, m2, s2", [(0.0, 0.25, 0.3, 0.25), (0.0, 1.0, 0.5, 0.7)])
+def test_semi_dual_of_two_gaussians_is_the_closed_form(m1, s1, m2, s2):
+    """400 Normal quantiles per side stand for the two Gaussians (the closed form is taken at their own std)."""
+    from scipy.stats import norm
+
+    q = norm.ppf((np.arange(400) + 0.5) / 400)
+    a, b = m1 + s1 * q, m2 + s2 * q
+    dual, _ = maximise_semi_dual(a, b, EPS)
+    assert abs(dual + EPS - gaussian_entropic_ot(m1, a.std(), m2, b.std(), EPS)) < 1e-4
+
+
+def test_the_ot_term_pulls_means_together_and_shrinks_spreads():
+    """The direction of the generator's OT gradient (the card's toy1 analysis). max_v R + ε grows with the gap
+    between the means (so minimising it pulls neighbouring conditionals together, as a smoothness penalty should),
+    but it is not zero for two *identical* conditionals and falls when both narrow: the entropic term rewards
+    shrinking the spread, unlike W2² = Δm² + (s1 - s2)². At ε = 1 and toy1's standardised spread (~0.25) the plan
+    is nearly independent (ρ = 0.12), so the penalty is close to s1² + s2²."""
+    value = lambda dm, s: gaussian_entropic_ot(0.0, s, dm, s, EPS)
+    assert value(0.3, 0.25) > value(0.1, 0.25) > value(0.0, 0.25) > value(0.0, 0.2) > 0.0
+    # d/ds at s1 = s2 = s is 2s(1 - ρ) > 0 by the envelope theorem; finite difference agrees
+    s, h = 0.25, 1e-6
+    rho = (math.sqrt(1 + 16 * s**4) - 1) / (4 * s**2)
+    dv = (gaussian_entropic_ot(0, s + h, 0, s, EPS) - gaussian_entropic_ot(0, s - h, 0, s, EPS)) / (2 * h)
+    assert dv == pytest.approx(2 * s * (1 - rho), rel=1e-6) and rho == pytest.approx(0.1231, abs=1e-4)
