@@ -7,17 +7,21 @@ and our RL-U and RL-B vs our TB, in one process.
 
 An iteration is what the official train.py does per step: sample the batch on-policy, evaluate the loss, one
 optimiser step (RL: the critic, actor and log Z updates; RL-B also samples backward trajectories and updates pi_B
-and V_B). Every method starts from the same initial networks and is timed round-robin (one iteration of each per
-round) so that a shared machine's load drifts evenly; the table gives the median and the interquartile range over
-rounds. On CPU the time is the process's CPU time (one thread), on CUDA wall time between synchronisations.
-Memory, three ways, measured after the timed rounds:
-* autograd saved: the bytes autograd keeps for the backward passes of one iteration (distinct storages);
-* torch peak: the peak of the live CPU tensor memory during one iteration above what was live before it (the running
+and V_B). Every measured iteration starts from the same initial networks and optimiser state (restored, untimed,
+before it), and round r seeds every method alike, so our methods sample the same forward trajectories: the rows
+compare one iteration at the same policy. (Left to train, the methods' samplers drift apart, to longer trajectories
+at different rates, and later rounds stop being comparable.) Methods are timed round-robin (one iteration of each
+per round) so that a shared machine's load drifts evenly; the table gives the median and the interquartile range
+over rounds. On CPU the time is the process's CPU time (one thread), on CUDA wall time between synchronisations.
+Memory, three ways, each over one iteration from the same initial state:
+* autograd saved: the bytes autograd keeps for the backward passes of the iteration (distinct storages);
+* torch peak: the peak of the live CPU tensor memory during the iteration above what was live before it (the running
   sum of the allocations and frees `torch.profiler` records with profile_memory=True; temporaries an op frees itself
   are not seen); on CUDA, `torch.cuda.max_memory_allocated` above the memory allocated before the iteration;
-* peak RSS (CPU): the process's resident-memory high-water mark over --mem-iters iterations above its resident
-  memory before them, in a forked child per method (measured alone), after one iteration there and a reset of the
-  kernel's high-water mark (/proc/self/clear_refs); it includes the allocator's cached blocks.
+* peak RSS (CPU): the process's resident-memory high-water mark during the iteration above its resident memory
+  before it, in a forked child per method (measured alone), after one iteration there and a reset of the kernel's
+  high-water mark (/proc/self/clear_refs); it includes the allocator's cached blocks, and it is 0 where the
+  iteration fits in memory the allocator already holds.
 Goals: our TB within 1.2x of torchgfn's, RL-B within 2x of our TB.
 torchgfn is run two ways: recomputing log pi_F after sampling (what our TB and the official code do) and reusing the
 log-probabilities saved while sampling (torchgfn's on-policy shortcut).
@@ -39,6 +43,19 @@ from zoo.gfnpg.sampling import mlp
 from _memory import saved_bytes  # noqa: E402 - the sibling helper of the benchmark scripts
 
 
+def restorer(*objs):
+    """A reset() that puts the modules and optimisers back into the state they have now (untimed before every
+    measured iteration). Optimiser states are deep-copied on loading: load_state_dict may keep the given tensors,
+    which the next steps update in place."""
+    saved = [copy.deepcopy(o.state_dict()) for o in objs]
+
+    def reset():
+        for o, state in zip(objs, saved):
+            o.load_state_dict(copy.deepcopy(state))
+
+    return reset
+
+
 def ours(variant: str, env, pf_init, args, device):
     module = GFNPGModule(variant=variant, batch_size=args.batch, hidden_dim=args.hidden, n_hidden_layers=args.layers)
     module.set_env(env)
@@ -50,7 +67,7 @@ def ours(variant: str, env, pf_init, args, device):
     def step():
         lengths.append(float(module.train_iteration(opts)["train/mean_length"]))
 
-    return step, lengths
+    return restorer(module, *opts.values()), step, lengths
 
 
 def torchgfn_tb(env_args, pf_init, args, device, saved_logprobs: bool):
@@ -87,7 +104,7 @@ def torchgfn_tb(env_args, pf_init, args, device, saved_logprobs: bool):
         opt.step()
         lengths.append(float(traj.terminating_idx.float().mean()))
 
-    return step, lengths
+    return restorer(gfn, opt), step, lengths
 
 
 def torch_peak_mib(step) -> float:
@@ -110,20 +127,21 @@ def _vm_kib(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def _rss_child(step, iters: int, queue) -> None:
+def _rss_child(reset, step, queue) -> None:
+    reset()
     step()  # the first iteration in this process grows the allocator's pools; it is not counted
+    reset()
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     before = _vm_kib("VmRSS")
-    for _ in range(iters):
-        step()
+    step()
     queue.put((_vm_kib("VmHWM") - before) / 1024)
 
 
-def rss_peak_mib(step, iters: int) -> float:
-    """Peak RSS of `iters` iterations above the RSS before them, in a forked child (Linux; see the docstring)."""
+def rss_peak_mib(reset, step) -> float:
+    """Peak RSS of one iteration above the RSS before it, in a forked child (Linux; see the docstring)."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    child = ctx.Process(target=_rss_child, args=(step, iters, queue))
+    child = ctx.Process(target=_rss_child, args=(reset, step, queue))
     child.start()
     out = queue.get(timeout=1800)
     child.join()
@@ -144,7 +162,6 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--stop-bias", type=float, default=0.0,
                    help="added to the initial stop logit: e.g. -6 makes trajectories long, like a trained sampler's")
-    p.add_argument("--mem-iters", type=int, default=2, help="iterations per method in the peak-RSS child")
     p.add_argument("--quick", action="store_true", help="H 16, batch 16, MLP 2x32, 5 rounds")
     args = p.parse_args()
     if args.quick:
@@ -171,7 +188,8 @@ def main() -> None:
     clock = time.process_time if device.type == "cpu" else time.perf_counter
     times: dict[str, list[float]] = {k: [] for k in methods}
     for r in range(args.warmup + args.reps):
-        for name, (step, _) in methods.items():
+        for name, (reset, step, _) in methods.items():
+            reset()
             torch.manual_seed(1000 + r)
             if device.type == "cuda":
                 torch.cuda.synchronize()
@@ -182,10 +200,12 @@ def main() -> None:
             if r >= args.warmup:
                 times[name].append(clock() - t)
     saved, peak, rss = {}, {}, {}
-    for name, (step, _) in methods.items():
+    for name, (reset, step, _) in methods.items():
+        reset()
         torch.manual_seed(1)
         saved[name] = saved_bytes(step) / 2**20
-        torch.manual_seed(2)
+        reset()
+        torch.manual_seed(1)
         if device.type == "cuda":
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
@@ -195,8 +215,8 @@ def main() -> None:
             peak[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
         else:
             peak[name] = torch_peak_mib(step)
-            torch.manual_seed(3)
-            rss[name] = rss_peak_mib(step, args.mem_iters)
+            torch.manual_seed(1)
+            rss[name] = rss_peak_mib(reset, step)
 
     med = {k: statistics.median(v) for k, v in times.items()}
     base_peer = med.get("torchgfn TB-U (recompute log pi_F)", float("nan"))
@@ -211,7 +231,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|" + ("---|" if rss else ""))
     for name, ts in times.items():
         q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0], ts[0], ts[0]]
-        lengths = methods[name][1]
+        lengths = methods[name][2]
         print(f"| {name} | {1e3 * med[name]:.1f} | {1e3 * q[0]:.1f}-{1e3 * q[2]:.1f} | {med[name] / base_peer:.2f}x | "
               f"{med[name] / base_ours:.2f}x | {statistics.mean(lengths):.2f} | {saved[name]:.2f} | {peak[name]:.1f} |"
               + (f" {rss[name]:.1f} |" if rss else ""))
