@@ -20,7 +20,7 @@ def _batch():
 def test_training_step_gradients():
     m = VPDMModule(**TINY)
     m.train()
-    assert not m.features.training
+    assert not m.features.net.training  # frozen backbone in eval mode
     loss = m.training_step(_batch(), 0)
     loss.backward()
     assert m.prototypes.grad is not None and m.prototypes.grad.abs().sum() > 0
@@ -47,7 +47,49 @@ def test_strength_zero_gives_zero_map():
     assert m._maps(_batch(), 0).abs().max() == 0
 
 
+def test_channel_norm_uses_training_statistics():
+    """feature_norm=channel: after training steps the features are standardised with the average of the training
+    batches' channel means/variances (frozen at test), and the backbone's own batch norms never move."""
+    m = VPDMModule(**{**TINY, "feature_norm": "channel"})
+    m.train()
+    assert m.features.standardize.training and not m.features.net.training
+    bn_before = {k: v.clone() for k, v in m.features.net.state_dict().items()}
+    batches = [torch.randn(2, 3, 16, 16) * (i + 1) for i in range(3)]
+    raws = []
+    for im in batches:
+        s = (4, 4)
+        raws.append(torch.cat([torch.nn.functional.interpolate(f, size=s, mode="bilinear", align_corners=False)
+                               for f in m.features.net(im)], 1))
+        m.features(im)
+    mean = torch.stack([r.mean((0, 2, 3)) for r in raws]).mean(0)
+    torch.testing.assert_close(m.features.standardize.running_mean, mean, rtol=1e-5, atol=1e-6)
+    m.eval()
+    x = m.features(batches[0])
+    var = m.features.standardize.running_var
+    torch.testing.assert_close(x, (raws[0] - mean[:, None, None]) / (var[:, None, None] + 1e-5).sqrt(),
+                               rtol=1e-4, atol=1e-5)
+    for k, v in m.features.net.state_dict().items():
+        assert torch.equal(v, bn_before[k]), k
+
+
+def test_num_samples_averages_independent_draws():
+    """num_samples = 3 is the mean of three partial denoisings drawn one after the other from the same generator."""
+    m = VPDMModule(**{**TINY, "num_samples": 3})
+    images = _batch()["image"]
+    x, x_hat = m.reconstruct(images, torch.Generator().manual_seed(5))
+    one = VPDMModule(**{**TINY, "num_samples": 1})
+    one.load_state_dict(m.state_dict())
+    g = torch.Generator().manual_seed(5)
+    draws = [one.reconstruct(images, g)[1] for _ in range(3)]
+    torch.testing.assert_close(x_hat, sum(draws) / 3)
+    assert not torch.allclose(draws[0], draws[1])
+
+
 def test_refusals():
+    with pytest.raises(ZooError, match="feature_norm 'batch'"):
+        VPDMModule(**{**TINY, "feature_norm": "batch"})
+    with pytest.raises(ZooError, match="num_samples must be >= 1"):
+        VPDMModule(**{**TINY, "num_samples": 0})
     with pytest.raises(ZooError, match="num_prototypes must be >= 1"):
         VPDMModule(**{**TINY, "num_prototypes": 0})
     with pytest.raises(ZooError, match="condition 'raw'"):

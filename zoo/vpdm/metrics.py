@@ -2,8 +2,9 @@
 
 AUROC is torchmetrics' exact (threshold-free) ``binary_auroc``. AUPRO follows the MVTec AD protocol as anomalib
 computes it (regions = 8-connected components of each ground-truth mask, the per-region overlap averaged over all
-regions against the global FPR, integrated up to ``fpr_limit`` and divided by it); anomalib itself is not a
-dependency because it pins jsonargparse below the version this project needs, so it is the tests' oracle instead.
+regions against the global FPR, integrated up to ``fpr_limit`` and divided by it). anomalib is the tests' oracle, not
+a runtime dependency: its releases with this exact curve (2.3+) pin jsonargparse below the version this project
+needs, and 2.2.0 (the vpdm extra's) resamples per-region curves, which is exact only for one region.
 """
 
 from __future__ import annotations

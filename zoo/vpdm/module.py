@@ -24,11 +24,16 @@ from zoo.vpdm.vpot import ot_loss, prototype_cost, sinkhorn_log, vague_condition
 
 class FeatureExtractor(nn.Module):
     """UniAD-style tokens: timm ``features_only`` stages resized to ``feature_size`` and concatenated (B, D, h, w),
-    layer-normalised over channels per token (our choice: puts every backbone's tokens on the unit scale the
-    diffusion schedule assumes)."""
+    put on the unit scale the diffusion schedule assumes (our choice; the paper's normalisation is not available
+    here): ``token`` layer-normalises each token over channels; ``channel`` standardises each channel with the
+    mean and variance of the training tokens (a BatchNorm without affine, cumulative statistics), which keeps a
+    token's norm, i.e. the information that an abnormal token is larger or smaller than normal ones."""
 
-    def __init__(self, backbone: str, pretrained: bool, out_indices: Sequence[int], feature_size: int):
+    def __init__(self, backbone: str, pretrained: bool, out_indices: Sequence[int], feature_size: int,
+                 norm: Literal["token", "channel"] = "token"):
         super().__init__()
+        if norm not in ("token", "channel"):
+            raise ZooError(f"feature_norm {norm!r} is not one of 'token', 'channel'")
         try:
             self.net = timm.create_model(backbone, pretrained=pretrained, features_only=True,
                                          out_indices=tuple(out_indices))
@@ -38,12 +43,22 @@ class FeatureExtractor(nn.Module):
         self.dim = sum(self.net.feature_info.channels())
         for p in self.net.parameters():
             p.requires_grad_(False)
+        self.norm = norm
+        # momentum=None: the running statistics are the plain average over every training batch seen
+        self.standardize = nn.BatchNorm2d(self.dim, affine=False, momentum=None) if norm == "channel" else None
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.net.eval()  # frozen backbone: its batch-norm statistics stay the pretrained ones
+        return self
 
     @torch.no_grad()
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         s = (self.feature_size, self.feature_size)
         feats = [nn.functional.interpolate(f, size=s, mode="bilinear", align_corners=False) for f in self.net(images)]
         x = torch.cat(feats, 1)
+        if self.standardize is not None:
+            return self.standardize(x)  # batch statistics while training (and accumulated), the averages after
         return nn.functional.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],)).permute(0, 3, 1, 2).contiguous()
 
 
@@ -53,6 +68,8 @@ class VPDMModule(HubMixin, L.LightningModule):
     Args:
         backbone, pretrained, out_indices, feature_size: frozen timm feature extractor (provisional design, as
             UniAD: efficientnet_b4 stages 1-4, 272 channels, 14x14 tokens at 224 px).
+        feature_norm: ``token`` (layer norm per token) or ``channel`` (per-channel standardisation with the
+            training tokens' statistics); see FeatureExtractor.
         num_prototypes: K, the learnable prototypes shared by all classes.
         ot_epsilon, ot_cost, ot_max_iter, ot_tol: VPOT's entropic regularisation, cost, and Sinkhorn stopping rule.
         lambda_ot: weight of L_OT in L = L_diff + lambda * L_OT.
@@ -62,6 +79,8 @@ class VPDMModule(HubMixin, L.LightningModule):
         block_out_channels, layers_per_block, norm_num_groups, attention: the UNet2DModel denoiser.
         sampler, num_inference_steps, strength: the test-time partial noising (``strength`` of the inference
             steps) and reverse process.
+        num_samples: test-time reconstructions from independent noise draws, averaged before the error (our
+            choice, 1 = one draw: the average removes the sampling noise from the error of normal tokens).
         map_sigma: Gaussian smoothing of the anomaly map (pixels).
         fpr_limit: AUPRO's FPR integration limit (MVTec protocol: 0.3).
         lr, weight_decay: AdamW.
@@ -75,6 +94,7 @@ class VPDMModule(HubMixin, L.LightningModule):
         pretrained: bool = True,
         out_indices: Sequence[int] = (0, 1, 2, 3),
         feature_size: int = 14,
+        feature_norm: Literal["token", "channel"] = "token",
         num_prototypes: int = 64,
         ot_epsilon: float = 0.05,
         ot_cost: Literal["sqeuclidean", "cosine"] = "sqeuclidean",
@@ -93,6 +113,7 @@ class VPDMModule(HubMixin, L.LightningModule):
         sampler: Literal["ddpm", "ddim"] = "ddim",
         num_inference_steps: int = 10,
         strength: float = 0.5,
+        num_samples: int = 1,
         map_sigma: float = 4.0,
         fpr_limit: float = 0.3,
         lr: float = 1e-4,
@@ -104,9 +125,11 @@ class VPDMModule(HubMixin, L.LightningModule):
         self.save_hyperparameters()
         if num_prototypes < 1:
             raise ZooError(f"num_prototypes must be >= 1, got {num_prototypes}")
+        if num_samples < 1:
+            raise ZooError(f"num_samples must be >= 1, got {num_samples}")
         if condition not in ("prototype", "input"):
             raise ZooError(f"condition {condition!r} is not one of 'prototype', 'input'")
-        self.features = FeatureExtractor(backbone, pretrained, out_indices, feature_size)
+        self.features = FeatureExtractor(backbone, pretrained, out_indices, feature_size, feature_norm)
         d = self.features.dim
         self.prototypes = nn.Parameter(torch.randn(num_prototypes, d))
         self.denoiser = ConditionalDenoiser(d, block_out_channels, layers_per_block, norm_num_groups, attention)
@@ -115,8 +138,7 @@ class VPDMModule(HubMixin, L.LightningModule):
         self._outputs: list[dict[str, torch.Tensor]] = []
 
     def train(self, mode: bool = True):
-        super().train(mode)
-        self.features.eval()  # frozen backbone: batch-norm statistics stay the pretrained ones
+        super().train(mode)  # FeatureExtractor.train keeps the backbone in eval mode
         return self
 
     def condition_of(self, x: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -153,8 +175,9 @@ class VPDMModule(HubMixin, L.LightningModule):
         """(tokens x, reconstruction x_hat) of a batch of images."""
         x = self.features(images)
         cond, _ = self.condition_of(x)
-        x_hat = partial_denoise(self.denoiser, self.sampler, x, cond, self.hparams.strength,
-                                self.hparams.num_inference_steps, generator)
+        x_hat = sum(partial_denoise(self.denoiser, self.sampler, x, cond, self.hparams.strength,
+                                    self.hparams.num_inference_steps, generator)
+                    for _ in range(self.hparams.num_samples)) / self.hparams.num_samples
         return x, x_hat
 
     def _maps(self, batch, batch_idx):
