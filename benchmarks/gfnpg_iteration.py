@@ -2,7 +2,7 @@
 and our RL-U and RL-B vs our TB, in one process.
 
     python benchmarks/gfnpg_iteration.py             # H = 256, d = 2, batch 128, MLP 4x256 (official defaults)
-    python benchmarks/gfnpg_iteration.py --stop-bias -6   # long trajectories, as late in training
+    python benchmarks/gfnpg_iteration.py --stop-bias -6 --no-peer  # long trajectories, as late in training
     python benchmarks/gfnpg_iteration.py --quick     # H = 16, batch 16, MLP 2x32: a few seconds
 
 An iteration is what the official train.py does per step: sample the batch on-policy, evaluate the loss, one
@@ -162,6 +162,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--stop-bias", type=float, default=0.0,
                    help="added to the initial stop logit: e.g. -6 makes trajectories long, like a trained sampler's")
+    p.add_argument("--no-peer", action="store_true", help="leave torchgfn out (its sampler is slow on long trajectories)")
     p.add_argument("--quick", action="store_true", help="H 16, batch 16, MLP 2x32, 5 rounds")
     args = p.parse_args()
     if args.quick:
@@ -175,9 +176,12 @@ def main() -> None:
         pf_init[-1].bias[-1] += args.stop_bias
     methods = {}
     try:
+        if args.no_peer:
+            raise ImportError
         import gfn  # noqa: F401
     except ImportError:
-        print("torchgfn is not installed: the peer's rows are left out (pip install --no-deps torchgfn==2.4.1)")
+        print("torchgfn's rows are left out" + ("" if args.no_peer else
+              " (it is not installed: pip install --no-deps torchgfn==2.4.1)"))
     else:
         env_args = (args.height, args.ndim, args.R0)
         methods["torchgfn TB-U (recompute log pi_F)"] = torchgfn_tb(env_args, pf_init, args, device, False)
@@ -199,11 +203,29 @@ def main() -> None:
                 torch.cuda.synchronize()
             if r >= args.warmup:
                 times[name].append(clock() - t)
-    saved, peak, rss = {}, {}, {}
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base_peer = med.get("torchgfn TB-U (recompute log pi_F)", float("nan"))
+    base_ours = med["ours TB-U"]
+    clock_name = "CPU ms" if device.type == "cpu" else "wall ms"
+    print(f"hypergrid {args.height}^{args.ndim}, batch {args.batch}, MLP {args.layers}x{args.hidden}, stop-logit bias "
+          f"{args.stop_bias:g}, {args.reps} rounds after {args.warmup} warm-up, device {device}, torch "
+          f"{torch.__version__}\n")
+    print(f"| method | {clock_name} / iteration (median) | IQR | vs torchgfn TB (recompute) | vs our TB | "
+          "mean trajectory length |")
+    print("|---|---|---|---|---|---|")
+    for name, ts in times.items():
+        q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0], ts[0], ts[0]]
+        print(f"| {name} | {1e3 * med[name]:.1f} | {1e3 * q[0]:.1f}-{1e3 * q[2]:.1f} | {med[name] / base_peer:.2f}x | "
+              f"{med[name] / base_ours:.2f}x | {statistics.mean(methods[name][2]):.2f} |", flush=True)
+
+    # memory, one row at a time (a long run that is stopped keeps the rows it has)
+    peak_name = "torch peak MB" if device.type == "cpu" else "CUDA peak MB"
+    print(f"\n| method | autograd saved MB | {peak_name} |" + (" peak RSS MB |" if device.type == "cpu" else ""))
+    print("|---|---|---|" + ("---|" if device.type == "cpu" else ""), flush=True)
     for name, (reset, step, _) in methods.items():
         reset()
         torch.manual_seed(1)
-        saved[name] = saved_bytes(step) / 2**20
+        saved = saved_bytes(step) / 2**20
         reset()
         torch.manual_seed(1)
         if device.type == "cuda":
@@ -212,29 +234,11 @@ def main() -> None:
             torch.cuda.reset_peak_memory_stats()
             step()
             torch.cuda.synchronize()
-            peak[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
+            print(f"| {name} | {saved:.2f} | {(torch.cuda.max_memory_allocated() - base) / 2**20:.1f} |", flush=True)
         else:
-            peak[name] = torch_peak_mib(step)
+            peak = torch_peak_mib(step)
             torch.manual_seed(1)
-            rss[name] = rss_peak_mib(reset, step)
-
-    med = {k: statistics.median(v) for k, v in times.items()}
-    base_peer = med.get("torchgfn TB-U (recompute log pi_F)", float("nan"))
-    base_ours = med["ours TB-U"]
-    clock_name = "CPU ms" if device.type == "cpu" else "wall ms"
-    peak_name = "torch peak MB" if device.type == "cpu" else "CUDA peak MB"
-    print(f"hypergrid {args.height}^{args.ndim}, batch {args.batch}, MLP {args.layers}x{args.hidden}, stop-logit bias "
-          f"{args.stop_bias:g}, {args.reps} rounds after {args.warmup} warm-up, device {device}, torch "
-          f"{torch.__version__}\n")
-    print(f"| method | {clock_name} / iteration (median) | IQR | vs torchgfn TB (recompute) | vs our TB | "
-          f"mean trajectory length | autograd saved MB | {peak_name} |" + (" peak RSS MB |" if rss else ""))
-    print("|---|---|---|---|---|---|---|---|" + ("---|" if rss else ""))
-    for name, ts in times.items():
-        q = statistics.quantiles(ts, n=4) if len(ts) > 1 else [ts[0], ts[0], ts[0]]
-        lengths = methods[name][2]
-        print(f"| {name} | {1e3 * med[name]:.1f} | {1e3 * q[0]:.1f}-{1e3 * q[2]:.1f} | {med[name] / base_peer:.2f}x | "
-              f"{med[name] / base_ours:.2f}x | {statistics.mean(lengths):.2f} | {saved[name]:.2f} | {peak[name]:.1f} |"
-              + (f" {rss[name]:.1f} |" if rss else ""))
+            print(f"| {name} | {saved:.2f} | {peak:.1f} | {rss_peak_mib(reset, step):.1f} |", flush=True)
 
 if __name__ == "__main__":
     main()
