@@ -7,18 +7,23 @@ flat in t and at least 3x leaner than full backprop at t = 45).
     python benchmarks/dpodiff_shortcut.py --device cuda
 
 A gradient is d loss / d (conditional and unconditional text states) of the one-step CLIP loss at step t, exactly
-what GPO backpropagates to α. Peak memory above the start of each gradient: on CUDA `max_memory_allocated`; on the
-CPU the kernel's resident high-water mark (VmHWM, reset through /proc/self/clear_refs before every gradient), with
-glibc's mmap threshold pinned to one page (4 KiB) (the script re-executes itself once with MALLOC_MMAP_THRESHOLD_ set), so
-that every freed tensor goes back to the OS at once and the RSS follows the live tensors, not the heap's history.
+what GPO backpropagates to α. Every (mode, t) cell runs in a fresh process (same set-up, same warm-up), so no
+cell inherits another's allocator history. Time: on the CPU the process's CPU time (1 thread), which the other
+jobs on a shared machine do not inflate as they do the wall clock (also shown); on CUDA the wall clock. Peak
+memory above the start of each gradient: on CUDA `max_memory_allocated`; on the CPU the kernel's resident
+high-water mark (VmHWM, reset through /proc/self/clear_refs before every gradient), with glibc's mmap threshold
+pinned to one page (MALLOC_MMAP_THRESHOLD_ in the cell's environment) so that freed tensors go back to the OS at
+once and the RSS follows the live tensors, not the heap's history.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +42,7 @@ MID = dict(unet_channels=(32, 64, 64), vae_channels=(32, 64, 64), latent_size=16
 QUICK = dict(unet_channels=(8, 16), vae_channels=(8, 8), latent_size=8, hidden=16, layers=1, heads=2,
              clip_image_size=16, clip_patch=8)
 PROMPT = "a photo of a dog"
-PINNED = "4096"  # bytes (one page): allocations above it are mmapped, and unmapped when freed
+PINNED = "4096"  # bytes (one page): larger allocations are mmapped, and unmapped when freed
 
 
 def _status_kib(key: str) -> int:
@@ -72,18 +77,8 @@ def gradient(stack, feats, cond0, uncond0, z, mode: str, t: int, steps: int) -> 
     estimation_loss(stack, cond, uncond, feats, t, steps, 7.5, latents=z, backprop=mode).backward()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--ts", type=int, nargs="*", default=None)
-    a = ap.parse_args()
-    if a.device == "cpu" and os.environ.get("MALLOC_MMAP_THRESHOLD_") != PINNED:  # glibc reads it at start-up only
-        os.execve(sys.executable, [sys.executable, *sys.argv], dict(os.environ, MALLOC_MMAP_THRESHOLD_=PINNED))
-    a.reps = a.reps or (1 if a.quick else 3)
+def cell(mode: str, t: int, a) -> list[tuple[float, float, float]]:
+    """`reps` measured gradients of one (mode, t) cell, in this fresh process."""
     if a.device == "cpu":
         torch.set_num_threads(a.threads)
     stack = tiny_stack(**(QUICK if a.quick else MID)).to(a.device)
@@ -92,7 +87,40 @@ def main() -> None:
     z = torch.randn((1, *stack.latent_shape), generator=torch.Generator().manual_seed(0)).to(a.device)
     for m in ("shortcut", "full"):  # kernels, autograd's and the allocator's first-use costs paid outside
         gradient(stack, feats, cond0, uncond0, z, m, 1, a.steps)
-    params = {k: sum(p.numel() for p in getattr(stack, k).parameters()) for k in ("unet", "vae", "text_encoder", "clip")}
+    return [measure(lambda: gradient(stack, feats, cond0, uncond0, z, mode, t, a.steps), a.device)
+            for _ in range(a.reps)]
+
+
+def run_cell(mode: str, t: int, a) -> list[list[float]]:
+    args = [sys.executable, __file__, "--cell", mode, str(t), "--device", a.device, "--steps", str(a.steps),
+            "--reps", str(a.reps), "--threads", str(a.threads), *(["--quick"] if a.quick else [])]
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=PINNED)  # the cell's environment only
+    out = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"cell {mode} t={t} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def params_of(a) -> str:
+    stack = tiny_stack(**(QUICK if a.quick else MID))
+    return ", ".join(f"{k} {sum(p.numel() for p in getattr(stack, k).parameters()) / 1e6:.2f}M"
+                     for k in ("unet", "vae", "text_encoder", "clip"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ts", type=int, nargs="*", default=None)
+    ap.add_argument("--cell", nargs=2, metavar=("MODE", "T"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    a.reps = a.reps or (1 if a.quick else 3)
+    if a.cell:
+        print(json.dumps(cell(a.cell[0], int(a.cell[1]), a)))
+        return
     ts = a.ts or ([2, 5] if a.quick else [5, 15, 25, 45])
     import diffusers
     import transformers
@@ -100,15 +128,13 @@ def main() -> None:
     print(f"device={a.device} stack={'quick' if a.quick else 'mid'} {QUICK if a.quick else MID} steps={a.steps} "
           f"reps={a.reps} threads={a.threads} cpu={platform.processor() or platform.machine()} "
           f"torch={torch.__version__} diffusers={diffusers.__version__} transformers={transformers.__version__}")
+    print(f"parameters: {params_of(a)}")
     clock = "wall" if a.device == "cuda" else "CPU"  # a shared CPU's wall clock measures the other jobs too
     print(f"| t | shortcut {clock} s | full (ckpt) {clock} s | time ratio | shortcut wall s | full wall s "
           "| shortcut peak MiB | full peak MiB | memory ratio |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     for t in ts:
-        r: dict[str, list] = {"shortcut": [], "full": []}
-        for _ in range(a.reps):  # interleaved, so a change of load hits both modes alike
-            for m, runs in r.items():
-                runs.append(measure(lambda m=m, t=t: gradient(stack, feats, cond0, uncond0, z, m, t, a.steps), a.device))
+        r = {m: run_cell(m, t, a) for m in ("shortcut", "full")}
 
         def stat(m, i, digits=2, r=r):
             xs = [x[i] for x in r[m]]
@@ -120,7 +146,7 @@ def main() -> None:
         print(f"| {t} | {cs_txt} | {cf_txt} | {cf / cs:.2f} | {stat('shortcut', 0)[1]} | {stat('full', 0)[1]} "
               f"| {ms_txt} | {mf_txt} | {mf / ms if ms >= 1 else float('nan'):.2f} |", flush=True)
     print("(medians over the repetitions ± half their range; memory ratio nan: a peak under 1 MiB, below what the "
-          "RSS resolves)\nparameters: " + ", ".join(f"{k} {v / 1e6:.2f}M" for k, v in params.items()))
+          "RSS resolves)")
 
 
 if __name__ == "__main__":
