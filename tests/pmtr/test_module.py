@@ -68,7 +68,7 @@ def test_shonan_averaging_recovers_consistent_poses_and_outweighs_an_uncertain_b
 
 def test_multi_part_test_step_logs_part_accuracy():
     torch.manual_seed(0)
-    m = PMTRModule(**TINY)
+    m = PMTRModule(**TINY, shonan_max_level=10)  # random-init pair poses are inconsistent: fail fast, fall back
     logged = {}
     m.log_dict = lambda d, **kw: logged.update(d)
     m.test_step(_sample((80, 70, 60)), 0)
@@ -83,6 +83,8 @@ def test_bad_configs_are_refused():
         PMTRModule(**{**TINY, "fine_f": [[2, 8, 16], [2, 4, 8]]})
     with pytest.raises(ZooError, match="lr"):
         PMTRModule(**{**TINY, "lr": 0.0})
+    with pytest.raises(ZooError, match="shonan_max_level"):
+        PMTRModule(**{**TINY, "shonan_max_level": 2})
     m = PMTRModule(**TINY)
     with pytest.raises(ZooError, match="at least 2"):
         m.test_step({"parts": [torch.rand(10, 3)], "name": "x"}, 0)

@@ -39,6 +39,8 @@ class PMTRModule(HubMixin, L.LightningModule):
         groups: GroupNorm groups in the backbone (official 32).
         orth_scale: weight of the proxy orthogonality terms (official 10).
         lr: Adam learning rate (official 1e-3, no weight decay, no schedule).
+        shonan_max_level: the highest SO(p) level of the multi-part test's Shonan averaging (official pMax 40); on
+            inconsistent pairwise poses climbing to 40 can take seconds before it fails (then the fallback applies).
     """
 
     monitor = "val/crd"
@@ -73,11 +75,14 @@ class PMTRModule(HubMixin, L.LightningModule):
         groups: int = 32,
         orth_scale: float = 10.0,
         lr: float = 1e-3,
+        shonan_max_level: int = 40,
     ):
         super().__init__()
         self.save_hyperparameters()
         if lr <= 0:
             raise ZooError(f"lr must be > 0, got {lr}")
+        if shonan_max_level < 3:
+            raise ZooError(f"shonan_max_level must be >= 3 (Shonan starts at SO(3)), got {shonan_max_level}")
         if voxel_size <= 0 or kpconv_radius <= 0:
             raise ZooError(f"voxel_size and kpconv_radius must be > 0, got {voxel_size}, {kpconv_radius}")
         args = dict(locals())
@@ -118,7 +123,7 @@ class PMTRModule(HubMixin, L.LightningModule):
             # the official factor uncertainty: 1 / mean((node score * 1e5)^2)
             score = float((out.node_corr_scores.double() * 1e5).pow(2).mean()) if out.node_corr_scores.numel() else 0.0
             edges[(i, j)] = (out.rotation.cpu().double(), out.translation.cpu().double(), 1.0 / max(score, 1e-12))
-        poses = shonan_poses(n, anchor, edges)
+        poses = shonan_poses(n, anchor, edges, p_max=self.hparams.shonan_max_level)
         self.log("test/shonan_failed", float(poses is None), batch_size=1)
         if poses is None:  # Shonan failed: the anchor's own pairwise estimates, as the official fallback
             poses = ([edges[(anchor, i)][0] if i != anchor else torch.eye(3, dtype=torch.float64) for i in range(n)],
