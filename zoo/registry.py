@@ -193,7 +193,7 @@ PAPERS: dict[str, Paper] = {
             "VPDM: Vague Prototype-Oriented Diffusion Model for Multi-Class Anomaly Detection",
             "https://icml.cc/Conferences/2024",
             "none",
-            status="in progress",
+            status="implemented",
             modules=("zoo.vpdm.VPDMModule",),
             datamodules=("datamodules.anomaly.AnomalyDataModule",),
             configs=("vpdm_mvtec", "vpdm_visa", "vpdm_mpdd"),
