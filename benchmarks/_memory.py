@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
+
 import torch
 
 
@@ -17,3 +19,15 @@ def saved_bytes(fn) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
     return sum(seen.values())
+
+
+def in_forked_child(target, *args, timeout: float | None = None):
+    """What target(*args, queue) puts on its queue, run in a forked child: the child's peak RSS is its own, so a
+    measurement there sees neither the parent's nor another method's allocations."""
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=target, args=(*args, queue))
+    child.start()
+    out = queue.get(timeout=timeout)
+    child.join()
+    return out

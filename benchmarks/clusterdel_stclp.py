@@ -36,6 +36,7 @@ from zoo.clusterdel import (
     wedges_and_triangles,
 )
 from zoo.clusterdel.lp import _wedge_matrix, highs_solve
+from _memory import in_forked_child  # noqa: E402 - the sibling helper of the benchmark scripts
 
 
 def _rss_mb() -> float:
@@ -72,13 +73,7 @@ def _child(method, g, wt, q):
 
 
 def timed(method, g, wt):
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child, args=(method, g, wt, q))
-    p.start()
-    out = q.get()
-    p.join()
-    return out
+    return in_forked_child(_child, method, g, wt)
 
 
 def graphs(args):

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import multiprocessing as mp
 import statistics
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ import torch
 
 from zoo.gfnpg import GFNPGModule, Hypergrid
 from zoo.gfnpg.sampling import mlp
-from _memory import saved_bytes  # noqa: E402 - the sibling helper of the benchmark scripts
+from _memory import in_forked_child, saved_bytes  # noqa: E402 - the sibling helper of the benchmark scripts
 
 
 def restorer(*objs):
@@ -139,13 +138,7 @@ def _rss_child(reset, step, queue) -> None:
 
 def rss_peak_mib(reset, step) -> float:
     """Peak RSS of one iteration above the RSS before it, in a forked child (Linux; see the docstring)."""
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    child = ctx.Process(target=_rss_child, args=(reset, step, queue))
-    child.start()
-    out = queue.get(timeout=1800)
-    child.join()
-    return out
+    return in_forked_child(_rss_child, reset, step, timeout=1800)
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ iteration dominates it).
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import platform
 import resource
 import statistics
@@ -25,6 +24,7 @@ import time
 
 import torch
 
+from _memory import in_forked_child  # noqa: E402 - the sibling helper of the benchmark scripts
 from zoo.pcdenoiser.denoisers import DeepinvDRUNet
 from zoo.pcdenoiser.jacobian import jacobian_spectral_norm_sq, spc_operator, spc_penalty
 
@@ -85,13 +85,7 @@ def peak_mib(method: str, args, device) -> float:
         base = torch.cuda.memory_allocated()
         step(method, net, opt, batch, args.iters)
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_rss_child, args=(method, args, q))
-    p.start()
-    out = q.get(timeout=600)
-    p.join()
-    return out
+    return in_forked_child(_rss_child, method, args, timeout=600)
 
 
 def main() -> None:
