@@ -133,7 +133,7 @@ PAPERS: dict[str, Paper] = {
             "Minimum Norm Interpolation Meets The Local Theory of Banach Spaces",
             "https://openreview.net/forum?id=G4b32bKnBy",
             "none",
-            status="in progress",
+            status="implemented",
             modules=("zoo.minnorm.MinNormExperiment",),
             datamodules=("datamodules.linear_designs.LinearDesignsDataModule",),
             configs=("minnorm_gaussian", "minnorm_rademacher", "minnorm_l2_laws"),
