@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from zoo.gfnpg import Hypergrid, StateGraph
-from zoo.gfnpg.sampling import Trajectories, backward_log_probs, mlp, net_output, sample_backward, sample_forward
+from zoo.gfnpg.sampling import (Trajectories, backward_log_probs, lookup_table, mlp, net_output, policy_logits,
+                                sample_backward, sample_forward)
 
 
 @pytest.mark.parametrize("n_rows", [10, 512])  # both gathers: strided (few rows) and from a contiguous copy
@@ -37,6 +38,62 @@ def test_k_hot_first_layer_equals_the_dense_one_hot_product(n_rows):
     torch.testing.assert_close(lookup[0], dense[0], rtol=1e-12, atol=1e-12)
     for a, b in zip(lookup[1] + list(lookup[2]), dense[1] + list(dense[2])):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_rows", [10, 512])
+def test_prepared_lookup_table_gives_the_same_outputs(n_rows):
+    """The samplers gather every step from one table prepared before the loop (``lookup_table``): bit for bit the
+    outputs (and masked logits) of the per-call gather, in float64; and it is the transposed first-layer weight."""
+    env = Hypergrid(8, 3)
+    torch.manual_seed(0)
+    net = mlp(env.feature_dim, env.n_actions, hidden_dim=16, n_hidden_layers=2).double()
+    states = env.all_states()[torch.randperm(env.n_states)[:n_rows]]
+    table = lookup_table(env, net)
+    assert table.is_contiguous() and torch.equal(table, net[0].weight.t())
+    with torch.no_grad():
+        assert torch.equal(net_output(env, net, states, table), net_output(env, net, states))
+        assert torch.equal(policy_logits(env, net, states, table=table), policy_logits(env, net, states))
+    assert lookup_table(env, None) is None
+
+
+def test_samplers_draw_the_same_trajectories_as_per_step_logits(grid3, make_net):
+    """The samplers (prepared table) draw exactly what a plain loop over per-call masked logits draws from the same
+    random stream: same states, actions and lengths, forward and backward."""
+    env = grid3
+    pf = make_net(env.feature_dim, env.n_actions, seed=1)
+    pb = make_net(env.feature_dim, env.n_actions - 1, seed=2)
+    torch.manual_seed(5)
+    traj = sample_forward(env, pf, 300)
+    torch.manual_seed(5)
+    s, done, stop = env.s0(300), torch.zeros(300, dtype=torch.bool), env.n_actions - 1
+    with torch.no_grad():
+        for t in range(traj.actions.shape[0]):
+            live = ~done
+            logits = policy_logits(env, pf, s[live])
+            act = torch.full((300,), -1, dtype=torch.long)
+            act[live] = (logits - torch.empty_like(logits).exponential_().log()).argmax(-1)
+            assert torch.equal(act, traj.actions[t])
+            moving = live & (act != stop)
+            nxt = torch.full_like(s, -1)
+            nxt[moving] = env.step(s[moving], act[moving])
+            done = done | (act == stop)
+            s = nxt
+            assert torch.equal(s, traj.states[t + 1])
+    x = traj.terminal_states
+    torch.manual_seed(6)
+    btraj = sample_backward(env, pb, x)
+    torch.manual_seed(6)
+    order = torch.argsort(env.level(x), descending=True, stable=True)
+    s = x[order]
+    with torch.no_grad():
+        for t in range(btraj.actions.shape[0]):
+            m = int((env.level(x) > t).sum())
+            logits = policy_logits(env, pb, s[:m], backward=True)
+            a = (logits - torch.empty_like(logits).exponential_().log()).argmax(-1)
+            assert torch.equal(a, btraj.actions[t][order][:m])
+            s = s.clone()
+            s[:m] = env.backward_step(s[:m], a)
+            assert torch.equal(s[:m], btraj.states[t + 1][order][:m])
 
 
 def _tv(counts: Counter, probs: dict) -> float:

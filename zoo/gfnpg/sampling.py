@@ -25,37 +25,60 @@ def mlp(in_dim: int, out_dim: int, hidden_dim: int = 256, n_hidden_layers: int =
     return nn.Sequential(*layers)
 
 
-def net_output(env: GFNEnv, net: nn.Module, states: torch.Tensor) -> torch.Tensor:
+def _first_linear(net: nn.Module) -> Optional[nn.Linear]:
+    return net[0] if isinstance(net, nn.Sequential) and isinstance(net[0], nn.Linear) else None
+
+
+def lookup_table(env: GFNEnv, net: Optional[nn.Module]) -> Optional[torch.Tensor]:
+    """The first layer's weight as a contiguous (feature_dim, hidden) table for ``net_output``'s lookup, or None (no
+    K-hot features, no leading Linear, or the uniform policy). The samplers build it once per call, under no_grad, and
+    pass it to every step: the weight does not change while they sample, so every step gathers from the same table
+    instead of transposing the weight again (the same values as the per-call copy)."""
+    first = _first_linear(net) if net is not None else None
+    if first is None or env.hot_index(env.s0(1)) is None:
+        return None
+    return first.weight.detach().t().contiguous()
+
+
+def net_output(env: GFNEnv, net: nn.Module, states: torch.Tensor, table: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``net(env.features(states))``. Where the features are K-hot (``env.hot_index``) and the net starts with a
     Linear layer, that layer is evaluated as the sum of the weight columns of the hot features (an embedding lookup):
     the same function and gradients as multiplying by the dense one-hot matrix (tested), without building the
     (N, feature_dim) matrix or multiplying by its zeros. ``F.embedding`` rather than ``embedding_bag``: its backward is
-    differentiable again, which RL-T's Hessian-vector products need."""
-    p = next(net.parameters())
-    first = net[0] if isinstance(net, nn.Sequential) and isinstance(net[0], nn.Linear) else None
+    differentiable again, which RL-T's Hessian-vector products need. ``table``: a prepared ``lookup_table(env, net)``
+    (detached: only for evaluations without gradients)."""
+    first = _first_linear(net)
     hot = env.hot_index(states) if first is not None else None
     if hot is None:
+        p = next(net.parameters())
         return net(env.features(states).to(device=p.device, dtype=p.dtype))
-    # Gathering rows of the transposed weight reads it with stride; above a few dozen rows a contiguous copy
-    # (one 512x256 transpose on the paper's grid) is cheaper than the strided reads (measured on one CPU thread).
-    table = first.weight.t()
-    if len(states) > 64:
-        table = table.contiguous()
-    h = F.embedding(hot.to(p.device), table).sum(1)
+    if table is None:
+        # Gathering rows of the transposed weight reads it with stride; above a few dozen rows a contiguous copy
+        # (one 512x256 transpose on the paper's grid) is cheaper than the strided reads (measured on one CPU thread).
+        table = first.weight.t()
+        if len(states) > 64:
+            table = table.contiguous()
+    h = F.embedding(hot.to(table.device), table).sum(1)
     if first.bias is not None:
         h = h + first.bias
-    return net[1:](h)
+    layers = iter(net)  # the layers after the first, without building a sliced Sequential per call
+    next(layers)
+    for layer in layers:
+        h = layer(h)
+    return h
 
 
 def policy_logits(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
-                  guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                  guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32,
+                  table: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Masked logits of pi(.|s) over all actions. ``net=None`` is the uniform policy (zero logits: uniform over the
-    legal actions, the official ``Uniform`` module). ``guide`` caps the stop logit (RL-G's pi_G, forward only)."""
+    legal actions, the official ``Uniform`` module). ``guide`` caps the stop logit (RL-G's pi_G, forward only).
+    ``table``: see ``net_output``."""
     n_out = env.n_actions - 1 if backward else env.n_actions
     if net is None:
         logits = torch.zeros(len(states), n_out, dtype=dtype, device=states.device)
     else:
-        logits = net_output(env, net, states)
+        logits = net_output(env, net, states, table)
     mask = env.backward_masks(states) if backward else env.forward_masks(states)
     logits = logits.masked_fill(~mask, MASKED_LOGIT)
     if guide is not None:
@@ -118,10 +141,11 @@ def sample_forward(env: GFNEnv, pf: Optional[nn.Module], n: int, device=None) ->
     done = torch.zeros(n, dtype=torch.bool, device=s.device)
     states, actions = [s], []
     stop = env.n_actions - 1
+    table = lookup_table(env, pf)
     while not done.all():
         act = torch.full((n,), -1, dtype=torch.long, device=s.device)
         live = ~done
-        act[live] = sample_actions(policy_logits(env, pf, s[live]))
+        act[live] = sample_actions(policy_logits(env, pf, s[live], table=table))
         moving = live & (act != stop)
         nxt = torch.full_like(s, -1)
         nxt[moving] = env.step(s[moving], act[moving])
@@ -146,9 +170,10 @@ def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor) -> Tr
     actions = torch.full((L, n), -1, dtype=torch.long, device=x.device)
     states[0] = x[order]
     moving = (lengths[None, :] > torch.arange(L, device=x.device)[:, None]).sum(1).tolist()  # per step
+    table = lookup_table(env, pb)
     for t, m in enumerate(moving):
         s = states[t, :m]
-        a = sample_actions(policy_logits(env, pb, s, backward=True))
+        a = sample_actions(policy_logits(env, pb, s, backward=True, table=table))
         actions[t, :m] = a
         states[t + 1, :m] = env.backward_step(s, a)
     restore = torch.argsort(order)
