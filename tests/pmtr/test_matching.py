@@ -6,8 +6,8 @@ import torch
 from scipy.spatial.transform import Rotation
 
 from zoo.pmtr.geometry import apply_transform
-from zoo.pmtr.matching import (local_global_registration, log_sinkhorn_dustbin, point_to_node_partition,
-                               superpoint_matching)
+from zoo.pmtr.matching import (local_global_registration, log_sinkhorn_dustbin, node_correspondences,
+                               point_to_node_partition, superpoint_matching)
 
 
 def _augmented_marginals(row_mask, col_mask):
@@ -73,6 +73,50 @@ def test_point_to_node_partition_matches_brute_force():
         ref = members[np.argsort(((pts[members] - nodes[j]) ** 2).sum(-1))][:5]
         assert list(ki[j][km[j]].numpy()) == list(ref)
         assert (ki[j][~km[j]] == 40).all()
+
+
+def _brute_force_overlaps(src_kp, trg_kp, src_km, trg_km, r, t, radius):
+    """Every node pair, no pre-filter: mean of the two patches' fractions of points with a partner within radius."""
+    s = src_kp @ r.T + t
+    ov = np.zeros((len(src_kp), len(trg_kp)))
+    for i in range(len(src_kp)):
+        for j in range(len(trg_kp)):
+            a, b = s[i][src_km[i]], trg_kp[j][trg_km[j]]
+            if len(a) == 0 or len(b) == 0:
+                continue
+            close = np.linalg.norm(a[:, None] - b[None], axis=-1) < radius
+            ov[i, j] = (close.any(1).mean() + close.any(0).mean()) / 2
+    return ov
+
+
+def test_node_correspondences_equal_brute_force_including_pairs_whose_spheres_do_not_intersect():
+    # Two patches whose enclosing spheres (radius 0.1, centres 0.25 apart) do not intersect, but whose facing points
+    # are 0.05 < 0.06 apart: overlap (1/2 + 1/2) / 2 = 0.5. A pre-filter without `+ pos_radius` made it a negative.
+    src_kp = torch.tensor([[[0.0, 0, 0], [0.1, 0, 0]]], dtype=torch.float64)
+    trg_kp = torch.tensor([[[0.25, 0, 0], [0.15, 0, 0]]], dtype=torch.float64)
+    m = torch.ones(1, 2, dtype=torch.bool)
+    eye, zero = torch.eye(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    idx, ov = node_correspondences(src_kp[:, 0], trg_kp[:, 0], src_kp, trg_kp, eye, zero, 0.06, m[:, 0], m[:, 0], m, m)
+    assert idx.tolist() == [[0, 0]] and ov.tolist() == [0.5]
+    # random posed clouds: the returned pairs and overlaps are exactly the brute-force ones with overlap > 0
+    rng = np.random.default_rng(3)
+    pts = rng.uniform(size=(120, 3))
+    r = torch.tensor(Rotation.random(random_state=2).as_matrix())
+    t = torch.tensor([0.3, -0.2, 0.5], dtype=torch.float64)
+    src = torch.tensor(pts[:80])
+    trg = apply_transform(torch.tensor(pts[50:]) + torch.tensor(rng.normal(scale=0.01, size=(70, 3))), r, t)
+    src_nodes, trg_nodes = src[::8], trg[::8]
+    snm, ski, skm = point_to_node_partition(src, src_nodes, 6)
+    tnm, tki, tkm = point_to_node_partition(trg, trg_nodes, 6)
+    skp = torch.cat([src, torch.zeros_like(src[:1])])[ski]
+    tkp = torch.cat([trg, torch.zeros_like(trg[:1])])[tki]
+    idx, ov = node_correspondences(src_nodes, trg_nodes, skp, tkp, r, t, 0.08, snm, tnm, skm, tkm)
+    ref = _brute_force_overlaps(skp.numpy(), tkp.numpy(), skm.numpy(), tkm.numpy(), r.numpy(), t.numpy(), 0.08)
+    assert (ref > 0).sum() > 5
+    got = np.zeros_like(ref)
+    got[idx[:, 0].numpy(), idx[:, 1].numpy()] = ov.numpy()
+    assert len(idx) == (ref > 0).sum()
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12)
 
 
 def test_lgr_recovers_the_pose_from_exact_patch_correspondences():

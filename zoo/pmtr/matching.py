@@ -28,12 +28,17 @@ def node_correspondences(src_nodes, trg_nodes, src_knn_points, trg_knn_points, r
                          pos_radius: float, src_node_masks, trg_node_masks, src_knn_masks, trg_knn_masks):
     """GeoTransformer's `get_node_correspondences` with the source moved into the target frame by the ground-truth
     (R, t): node pairs whose patches can touch, overlap = mean of the two patches' fractions of points with a partner
-    closer than `pos_radius`. Returns indices (P, 2) and overlaps (P,) of pairs with overlap > 0."""
+    closer than `pos_radius`. Returns indices (P, 2) and overlaps (P,) of pairs with overlap > 0.
+
+    The enclosing-sphere pre-filter keeps pairs with centre distance < r_src + r_trg + pos_radius (as the official
+    `get_node_correspondences`): two points on the spheres' surfaces can be within `pos_radius` of each other while
+    the spheres themselves do not intersect. Without the `+ pos_radius` such pairs got overlap 0, i.e. they became
+    *negatives* of the circle loss although they overlap (13-17% of the positives on the 500-point synthetic pairs)."""
     src_nodes = apply_transform(src_nodes, rotation, translation)
     src_knn_points = apply_transform(src_knn_points.reshape(-1, 3), rotation, translation).reshape(src_knn_points.shape)
     src_r = ((src_knn_points - src_nodes.unsqueeze(1)).norm(dim=-1) * src_knn_masks).max(dim=1).values
     trg_r = ((trg_knn_points - trg_nodes.unsqueeze(1)).norm(dim=-1) * trg_knn_masks).max(dim=1).values
-    cand = torch.cdist(src_nodes, trg_nodes) < (src_r.unsqueeze(1) + trg_r.unsqueeze(0))
+    cand = torch.cdist(src_nodes, trg_nodes) < (src_r.unsqueeze(1) + trg_r.unsqueeze(0) + pos_radius)
     cand &= src_node_masks.unsqueeze(1) & trg_node_masks.unsqueeze(0)
     si, ti = cand.nonzero(as_tuple=True)
     if len(si) == 0:
@@ -41,8 +46,9 @@ def node_correspondences(src_nodes, trg_nodes, src_knn_points, trg_knn_points, r
     d = torch.cdist(src_knn_points[si], trg_knn_points[ti])  # (P, k, k)
     valid = src_knn_masks[si].unsqueeze(2) & trg_knn_masks[ti].unsqueeze(1)
     close = (d < pos_radius) & valid
-    src_ov = close.any(2).sum(1) / src_knn_masks[si].sum(1).clamp_min(1)
-    trg_ov = close.any(1).sum(1) / trg_knn_masks[ti].sum(1).clamp_min(1)
+    dt = src_knn_points.dtype  # counts / counts would be float32 whatever the points' dtype
+    src_ov = close.any(2).sum(1).to(dt) / src_knn_masks[si].sum(1).clamp_min(1).to(dt)
+    trg_ov = close.any(1).sum(1).to(dt) / trg_knn_masks[ti].sum(1).clamp_min(1).to(dt)
     overlap = (src_ov + trg_ov) / 2
     keep = overlap > 0
     return torch.stack([si[keep], ti[keep]], dim=1), overlap[keep]
