@@ -3,11 +3,11 @@ and peak memory for t in {5, 15, 25, 45} on a mid-size SD-shaped random stack, i
 flat in t and at least 3x leaner than full backprop at t = 45).
 
     python benchmarks/dpodiff_shortcut.py            # mid-size stack, t = 5 15 25 45, 3 repetitions per cell
-    python benchmarks/dpodiff_shortcut.py --quick    # tiny stack, t = 2 5, 1 repetition (tests/test_benchmarks.py)
+    python benchmarks/dpodiff_shortcut.py --quick    # tiny stack, t = 2 5 of 8 steps, 1 repetition, cells in this process
     python benchmarks/dpodiff_shortcut.py --device cuda
 
 A gradient is d loss / d (conditional and unconditional text states) of the one-step CLIP loss at step t, exactly
-what GPO backpropagates to α. Every (mode, t) cell runs in a fresh process (same set-up, same warm-up), so no
+what GPO backpropagates to α. Every (mode, t) cell of a full run runs in a fresh process (same set-up, warm-up), so no
 cell inherits another's allocator history. Time: on the CPU the process's CPU time (1 thread), which the other
 jobs on a shared machine do not inflate as they do the wall clock (also shown); on CUDA the wall clock. Peak
 memory above the start of each gradient: on CUDA `max_memory_allocated`; on the CPU the kernel's resident
@@ -92,6 +92,8 @@ def cell(mode: str, t: int, a) -> list[tuple[float, float, float]]:
 
 
 def run_cell(mode: str, t: int, a) -> list[list[float]]:
+    if a.quick:  # the miniature only checks the script end to end: a fresh interpreter per cell costs ~20 s of imports
+        return [list(x) for x in cell(mode, t, a)]
     args = [sys.executable, __file__, "--cell", mode, str(t), "--device", a.device, "--steps", str(a.steps),
             "--reps", str(a.reps), "--threads", str(a.threads), *(["--quick"] if a.quick else [])]
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=PINNED)  # the cell's environment only
@@ -111,13 +113,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--steps", type=int, default=None, help="sampler steps (default 50; --quick: 8)")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ts", type=int, nargs="*", default=None)
     ap.add_argument("--cell", nargs=2, metavar=("MODE", "T"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.reps = a.reps or (1 if a.quick else 3)
+    a.steps = a.steps or (8 if a.quick else 50)
     if a.cell:
         print(json.dumps(cell(a.cell[0], int(a.cell[1]), a)))
         return
