@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+from pathlib import Path
 
 import torch
 
@@ -31,3 +32,16 @@ def in_forked_child(target, *args, timeout: float | None = None):
     out = queue.get(timeout=timeout)
     child.join()
     return out
+
+
+def status_kib(field: str) -> int:
+    """A /proc/self/status field in KiB (Linux): VmRSS now, VmHWM the peak since start or the last reset_peak_rss()."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak_rss() -> None:
+    """Reset VmHWM to the current RSS, so a later status_kib("VmHWM") sees only what comes after."""
+    Path("/proc/self/clear_refs").write_text("5")

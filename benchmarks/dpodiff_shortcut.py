@@ -26,13 +26,13 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from zoo.dpodiff.loss import clip_text_features
 from zoo.dpodiff.sampler import estimation_loss, text_embeds
 from zoo.dpodiff.stack import tiny_stack
+from _memory import reset_peak_rss, status_kib  # the sibling helper of the benchmark scripts
 
 # SD-shaped (3-level UNet with cross-attention on 4-channel 16x16 latents, 3-level VAE decoding to 64x64, CLIP text
 # and vision towers of width 128, 4 layers), sized so that the whole t = 5..45 run, 3 repetitions per cell, fits the
@@ -43,13 +43,6 @@ QUICK = dict(unet_channels=(8, 16), vae_channels=(8, 8), latent_size=8, hidden=1
              clip_image_size=16, clip_patch=8)
 PROMPT = "a photo of a dog"
 PINNED = "4096"  # bytes (one page): larger allocations are mmapped, and unmapped when freed
-
-
-def _status_kib(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise KeyError(key)
 
 
 def measure(fn, device: str) -> tuple[float, float, float]:
@@ -63,12 +56,12 @@ def measure(fn, device: str) -> tuple[float, float, float]:
         torch.cuda.synchronize()
         return (time.perf_counter() - t0, time.process_time() - c0,
                 (torch.cuda.max_memory_allocated() - base) / 2**20)
-    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
-    base = _status_kib("VmRSS")
+    reset_peak_rss()
+    base = status_kib("VmRSS")
     t0, c0 = time.perf_counter(), time.process_time()
     fn()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return wall, cpu, max(_status_kib("VmHWM") - base, 0) / 1024
+    return wall, cpu, max(status_kib("VmHWM") - base, 0) / 1024
 
 
 def gradient(stack, feats, cond0, uncond0, z, mode: str, t: int, steps: int) -> None:

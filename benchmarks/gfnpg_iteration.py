@@ -33,13 +33,12 @@ import argparse
 import copy
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 from zoo.gfnpg import GFNPGModule, Hypergrid
 from zoo.gfnpg.sampling import mlp
-from _memory import in_forked_child, saved_bytes  # noqa: E402 - the sibling helper of the benchmark scripts
+from _memory import in_forked_child, reset_peak_rss, saved_bytes, status_kib  # noqa: E402 - the sibling helper of the benchmark scripts
 
 
 def restorer(*objs):
@@ -119,21 +118,14 @@ def torch_peak_mib(step) -> float:
     return peak / 2**20
 
 
-def _vm_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
 def _rss_child(reset, step, queue) -> None:
     reset()
     step()  # the first iteration in this process grows the allocator's pools; it is not counted
     reset()
-    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
-    before = _vm_kib("VmRSS")
+    reset_peak_rss()
+    before = status_kib("VmRSS")
     step()
-    queue.put((_vm_kib("VmHWM") - before) / 1024)
+    queue.put((status_kib("VmHWM") - before) / 1024)
 
 
 def rss_peak_mib(reset, step) -> float:
