@@ -17,6 +17,16 @@ def _rigid(seed):
     return r, torch.randn(3, dtype=torch.float64)
 
 
+def project(layer, x, linear):
+    """The official order, X'[s, o, c, h] = sum_f (x W_h)[s, f, c] P[h, f, o] (the blocks fold it with the merge)."""
+    return layer.contract(layer.channel(x, linear))
+
+
+def merge(layer, x, linear):
+    """The official head merge: a Linear on the (c h) channels of X''."""
+    return linear(x.reshape(x.shape[0], x.shape[1], layer.c_out * layer.heads))
+
+
 def test_orthogonal_square_proxy_gives_zero_loss_and_keeps_inner_products():
     q = torch.tensor(ortho_group.rvs(6, random_state=0))
     orth, zero = orthogonality_loss([q[None]])
@@ -45,7 +55,7 @@ def test_pmt_projection_matches_loops():
     torch.manual_seed(0)
     layer = ProxyMatchTransform(c_in=3, f_in=2, c_out=4, f_out=5, heads=2).double()
     x = torch.randn(3, 2, 3, dtype=torch.float64)
-    out = layer.project(x, layer.w_src).detach().numpy()
+    out = project(layer, x, layer.w_src).detach().numpy()
     w, b = layer.w_src.weight.detach().numpy(), layer.w_src.bias.detach().numpy()
     p = layer.proxy.detach().numpy()
     ref = np.zeros((3, 5, 4, 2))
@@ -69,8 +79,8 @@ def _dense_coarse(blk, src_pos, trg_pos, src_feat, trg_feat):
     s = torch.nn.functional.normalize(src_feat.reshape(-1, blk.f[0], blk.c[0]), dim=-1)
     t = torch.nn.functional.normalize(trg_feat.reshape(-1, blk.f[0], blk.c[0]), dim=-1)
     for layer, a_s, a_t, norm in zip(blk.layers, blk.att_src, blk.att_trg, blk.norms):
-        s = layer.merge(agg(layer.project(s, layer.w_src), a_s, d_s), layer.out_src)
-        t = layer.merge(agg(layer.project(t, layer.w_trg), a_t, d_t), layer.out_trg)
+        s = merge(layer, agg(project(layer, s, layer.w_src), a_s, d_s), layer.out_src)
+        t = merge(layer, agg(project(layer, t, layer.w_trg), a_t, d_t), layer.out_trg)
         s, t = blk.act(norm(s)), blk.act(norm(t))
     return blk.out(s.reshape(s.shape[0], -1)), blk.out(t.reshape(t.shape[0], -1))
 
@@ -127,12 +137,12 @@ def _dense_fine(blk, feat, pts, nb, n_src):
     x = torch.nn.functional.normalize(feat.reshape(n, blk.f[0], blk.c[0]), dim=-1)
     parts = (slice(0, n_src), slice(n_src, n))
     for layer, a_s, a_t, norm in zip(blk.layers, blk.att_src, blk.att_trg, blk.norms):
-        proj = torch.cat([layer.project(x[parts[0]], layer.w_src), layer.project(x[parts[1]], layer.w_trg)])
+        proj = torch.cat([project(layer, x[parts[0]], layer.w_src), project(layer, x[parts[1]], layer.w_trg)])
         proj = torch.cat([proj, torch.zeros_like(proj[:1])])
         out = []
-        for part, mlp, merge in ((parts[0], a_s, layer.out_src), (parts[1], a_t, layer.out_trg)):
+        for part, mlp, out_linear in ((parts[0], a_s, layer.out_src), (parts[1], a_t, layer.out_trg)):
             att = mlp(sq[part]).masked_fill(pad[part].unsqueeze(-1), float("-inf")).softmax(dim=1)
-            out.append(layer.merge(torch.einsum("sah,safch->sfch", att, proj[nb[part]]), merge))
+            out.append(merge(layer, torch.einsum("sah,safch->sfch", att, proj[nb[part]]), out_linear))
         x = blk.act(norm(torch.cat(out)))
     return x.reshape(n, -1)
 
@@ -165,5 +175,5 @@ def test_merge_before_contraction_equals_the_official_order():
     torch.manual_seed(6)
     layer = ProxyMatchTransform(c_in=3, f_in=2, c_out=4, f_out=5, heads=3).double()
     y = torch.randn(6, 2, 4, 3, dtype=torch.float64)
-    torch.testing.assert_close(layer.contract_merge(y, layer.out_src), layer.merge(layer.contract(y), layer.out_src),
+    torch.testing.assert_close(layer.contract_merge(y, layer.out_src), merge(layer, layer.contract(y), layer.out_src),
                                rtol=1e-12, atol=1e-12)

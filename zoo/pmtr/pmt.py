@@ -41,13 +41,6 @@ class ProxyMatchTransform(nn.Module):
         """[s, f, c, h] -> [s, o, c, h]: sum_f y[s, f, c, h] P[h, f, o]."""
         return torch.einsum("sfch,hfo->soch", y, self.proxy)
 
-    def project(self, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
-        """[s, f, c] -> X'[s, o, c, h] = sum_f (x W_h)[s, f, c] P[h, f, o]."""
-        return self.contract(self.channel(x, linear))
-
-    def merge(self, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
-        return linear(x.reshape(x.shape[0], x.shape[1], self.c_out * self.heads))
-
     def contract_merge(self, y: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
         """merge(contract(y)) without the [s, f', c, h] tensor: the head-merging Linear M (on (c h)) and the proxy
         (on f, per head) commute, sum_{c,h} M[k,c,h] sum_f y[s,f,c,h] P[h,f,o] = sum_{f,h} P[h,f,o] sum_c M[k,c,h]
