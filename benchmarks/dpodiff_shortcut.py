@@ -2,6 +2,11 @@
 and peak memory for t in {5, 15, 25, 45} on a mid-size SD-shaped random stack, in one run (issue goal: shortcut
 flat in t and at least 3x leaner than full backprop at t = 45).
 
+Two full-backprop baselines, both checkpointed: "blocks", diffusers' `unet.enable_gradient_checkpointing()` (what
+a diffusers user switches on: every ResNet/transformer block recomputed, block inputs and skip activations of every
+step stored), the main baseline; and "call", each whole UNet call checkpointed (only each step's latents stored,
+the most frugal placement there is). The shortcut runs as the official code runs it, without checkpointing.
+
     python benchmarks/dpodiff_shortcut.py            # mid-size stack, t = 5 15 25 45, 3 repetitions per cell
     python benchmarks/dpodiff_shortcut.py --quick    # tiny stack, t = 2 5 of 8 steps, 1 repetition, cells in this process
     python benchmarks/dpodiff_shortcut.py --device cuda
@@ -64,10 +69,16 @@ def measure(fn, device: str) -> tuple[float, float, float]:
     return wall, cpu, max(status_kib("VmHWM") - base, 0) / 1024
 
 
+# mode -> (backprop, checkpointing) of `estimation_loss`
+MODES = {"shortcut": ("shortcut", "none"), "full-blocks": ("full", "blocks"), "full-call": ("full", "call")}
+
+
 def gradient(stack, feats, cond0, uncond0, z, mode: str, t: int, steps: int) -> None:
     """d loss / d (text states) of the one-step CLIP loss at step t, through the shortcut or the whole sampler."""
     cond, uncond = cond0.clone().requires_grad_(True), uncond0.clone().requires_grad_(True)
-    estimation_loss(stack, cond, uncond, feats, t, steps, 7.5, latents=z, backprop=mode).backward()
+    backprop, ckpt = MODES[mode]
+    estimation_loss(stack, cond, uncond, feats, t, steps, 7.5, latents=z, backprop=backprop,
+                    checkpointing=ckpt).backward()
 
 
 def cell(mode: str, t: int, a) -> list[tuple[float, float, float]]:
@@ -78,8 +89,7 @@ def cell(mode: str, t: int, a) -> list[tuple[float, float, float]]:
     feats = clip_text_features(stack, PROMPT)
     cond0, uncond0 = text_embeds(stack, PROMPT).detach(), text_embeds(stack, "").detach()
     z = torch.randn((1, *stack.latent_shape), generator=torch.Generator().manual_seed(0)).to(a.device)
-    for m in ("shortcut", "full"):  # kernels, autograd's and the allocator's first-use costs paid outside
-        gradient(stack, feats, cond0, uncond0, z, m, 1, a.steps)
+    gradient(stack, feats, cond0, uncond0, z, mode, 1, a.steps)  # first-use costs (kernels, autograd) paid outside
     return [measure(lambda: gradient(stack, feats, cond0, uncond0, z, mode, t, a.steps), a.device)
             for _ in range(a.reps)]
 
@@ -126,23 +136,24 @@ def main() -> None:
           f"torch={torch.__version__} diffusers={diffusers.__version__} transformers={transformers.__version__}")
     print(f"parameters: {params_of(a)}")
     clock = "wall" if a.device == "cuda" else "CPU"  # a shared CPU's wall clock measures the other jobs too
-    print(f"| t | shortcut {clock} s | full (ckpt) {clock} s | time ratio | shortcut wall s | full wall s "
-          "| shortcut peak MiB | full peak MiB | memory ratio |")
-    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    print(f"| t | shortcut {clock} s | full-blocks {clock} s | ratio | full-call {clock} s | ratio "
+          "| shortcut peak MiB | full-blocks peak MiB | ratio | full-call peak MiB | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for t in ts:
-        r = {m: run_cell(m, t, a) for m in ("shortcut", "full")}
+        r = {m: run_cell(m, t, a) for m in MODES}
 
         def stat(m, i, digits=2, r=r):
             xs = [x[i] for x in r[m]]
             return statistics.median(xs), f"{statistics.median(xs):.{digits}f} ± {(max(xs) - min(xs)) / 2:.{digits}f}"
 
         k = 0 if a.device == "cuda" else 1
-        (cs, cs_txt), (cf, cf_txt) = stat("shortcut", k), stat("full", k)
-        (ms, ms_txt), (mf, mf_txt) = stat("shortcut", 2, 1), stat("full", 2, 1)
-        print(f"| {t} | {cs_txt} | {cf_txt} | {cf / cs:.2f} | {stat('shortcut', 0)[1]} | {stat('full', 0)[1]} "
-              f"| {ms_txt} | {mf_txt} | {mf / ms if ms >= 1 else float('nan'):.2f} |", flush=True)
-    print("(medians over the repetitions ± half their range; memory ratio nan: a peak under 1 MiB, below what the "
-          "RSS resolves)")
+        (cs, cs_txt), (cb, cb_txt), (cc, cc_txt) = (stat(m, k) for m in MODES)
+        (ms, ms_txt), (mb, mb_txt), (mc, mc_txt) = (stat(m, 2, 1) for m in MODES)
+        mratio = lambda x: x / ms if ms >= 1 else float("nan")
+        print(f"| {t} | {cs_txt} | {cb_txt} | {cb / cs:.2f} | {cc_txt} | {cc / cs:.2f} "
+              f"| {ms_txt} | {mb_txt} | {mratio(mb):.2f} | {mc_txt} | {mratio(mc):.2f} |", flush=True)
+    print("(ratios: full backprop over the shortcut; medians over the repetitions ± half their range; memory ratio "
+          "nan: a shortcut peak under 1 MiB, below what the RSS resolves)")
 
 
 if __name__ == "__main__":

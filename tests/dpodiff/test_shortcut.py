@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from zoo.dpodiff.loss import clip_text_features
 from zoo.dpodiff.optimize import DPOSettings, PromptProblem
 from zoo.dpodiff.relax import gumbel_coefficients, init_log_coeffs
-from zoo.dpodiff.sampler import estimation_loss, text_embeds
+from zoo.dpodiff.sampler import CHECKPOINTING, estimation_loss, text_embeds
 from zoo.dpodiff.spaces import build_space
 from zoo.errors import ZooError
 
@@ -104,7 +104,7 @@ def test_shortcut_memory_is_flat_in_t_and_full_backprop_grows(stack64, problem):
 
     def run(t, backprop):
         return lambda: estimation_loss(stack64, cond, uncond, f, t, STEPS, 7.5, latents=z, backprop=backprop,
-                                       checkpointing=False)
+                                       checkpointing="none")
 
     short = [_saved_bytes(run(t, "shortcut")) for t in (5, 45)]
     full = [_saved_bytes(run(t, "full")) for t in (5, 15)]
@@ -112,6 +112,33 @@ def test_shortcut_memory_is_flat_in_t_and_full_backprop_grows(stack64, problem):
     assert short[0] < full[0] < full[1]
     per_step = (full[1] - full[0]) / 10  # linear growth: every sampler step adds the same graph
     assert per_step > 0 and full[0] == pytest.approx(short[0] + 5 * per_step, rel=0.05)
+
+
+def test_checkpointing_changes_memory_not_the_full_backprop_gradient(stack64, problem):
+    """Full backpropagation through the sampler gives the same gradient with diffusers' per-block checkpointing,
+    with whole-call checkpointing and without any (float64: recomputation is exact), and the UNet's own
+    checkpointing setting is left as it was."""
+    z, f, t = problem.latents[0], problem.text_features, 3
+
+    def grad(mode):
+        cond = problem.original.detach().clone().requires_grad_(True)
+        uncond = problem.empty.detach().clone().requires_grad_(True)
+        loss = estimation_loss(stack64, cond, uncond, f, t, STEPS, 7.5, latents=z, backprop="full",
+                               checkpointing=mode)
+        return torch.autograd.grad(loss, (cond, uncond))
+
+    ref = grad("none")
+    assert ref[1].abs().max() > 0
+    cond = problem.original.detach().clone().requires_grad_(True)
+    kept = {m: _saved_bytes(lambda m=m: estimation_loss(stack64, cond, problem.empty, f, t, STEPS, 7.5, latents=z,
+                                                        backprop="full", checkpointing=m)) for m in CHECKPOINTING}
+    assert max(kept["call"], kept["blocks"]) < kept["none"]  # checkpointing is really on in both modes
+    for mode in ("blocks", "call", None):
+        for a, b in zip(grad(mode), ref):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    assert not stack64.unet.is_gradient_checkpointing
+    with pytest.raises(ZooError, match="checkpointing must be one of"):
+        estimation_loss(stack64, problem.original, problem.empty, f, t, STEPS, checkpointing="layers")
 
 
 def test_t_outside_the_schedule_is_refused(stack64, problem):

@@ -3,18 +3,27 @@
 Shortcut Text Gradient: run the first t sampler steps without gradients, then one guided ε_θ(x_t, c) with
 gradients, jump to x̂0 = (x_t − √(1−ᾱ_t)·ε)/√ᾱ_t, decode with the VAE and score with CLIP. The backward pass
 goes through one UNet call, one VAE decode and CLIP whatever t is, so its memory is constant in t. The baseline
-(`backprop="full"`) keeps the first t steps in the graph too, each UNet call checkpointed.
+(`backprop="full"`) keeps the first t steps in the graph too, with gradient checkpointing at one of two
+granularities: "blocks", diffusers' own `unet.enable_gradient_checkpointing()` (every ResNet and transformer block
+of the UNet recomputed in the backward pass; the block inputs and skip activations of every step stay stored), which
+is what a diffusers user turns on; or "call", each whole UNet call recomputed (only each step's latents stored: the
+most frugal placement). The official code (src/model/sd_pipeline.py) has no full-backprop path and enables no
+checkpointing anywhere; its shortcut runs without it.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from contextlib import contextmanager
+from typing import Iterator, Literal, Optional
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from zoo.dpodiff.loss import clip_loss
 from zoo.errors import ZooError
+
+Checkpointing = Literal["blocks", "call", "none"]
+CHECKPOINTING = ("blocks", "call", "none")
 
 
 def text_embeds(stack, prompt: str) -> torch.Tensor:
@@ -79,14 +88,31 @@ def generate(stack, cond: torch.Tensor, uncond: torch.Tensor, num_inference_step
     return decode(stack, x)
 
 
+@contextmanager
+def block_checkpointing(unet, on: bool = True) -> Iterator[None]:
+    """diffusers' per-block gradient checkpointing on `unet` for the duration of the block only (the UNet is a
+    shared object: its own setting is restored afterwards)."""
+    if not on or unet.is_gradient_checkpointing:
+        yield
+        return
+    unet.enable_gradient_checkpointing()
+    try:
+        yield
+    finally:
+        unet.disable_gradient_checkpointing()
+
+
 def latents_at(stack, cond: torch.Tensor, uncond: torch.Tensor, t: int, num_inference_steps: int,
                guidance_scale: float, latents: torch.Tensor, grad: bool = False, sched=None,
-               checkpointing: bool = True) -> tuple:
-    """x_t after the first t sampler steps (with or without a graph), and the scheduler that took them."""
+               checkpointing: Checkpointing = "none") -> tuple:
+    """x_t after the first t sampler steps (with or without a graph), and the scheduler that took them.
+
+    With a graph, checkpointing "call" recomputes each whole UNet call in the backward pass; "blocks" is applied
+    by the caller (`block_checkpointing`), "none" keeps every activation."""
     sched = sched or fresh_scheduler(stack, num_inference_steps)
     x = latents.to(stack.dtype)
     for ts in sched.timesteps[:t]:
-        if grad and not checkpointing:
+        if grad and checkpointing != "call":
             eps = guided_eps(stack, x, ts, cond, uncond, guidance_scale, sched)
         elif grad:
             eps = checkpoint(guided_eps, stack, x, ts, cond, uncond, guidance_scale, sched, use_reentrant=False)
@@ -100,19 +126,27 @@ def latents_at(stack, cond: torch.Tensor, uncond: torch.Tensor, t: int, num_infe
 def estimation_loss(stack, cond: torch.Tensor, uncond: torch.Tensor, text_features: torch.Tensor, t: int,
                     num_inference_steps: int = 50, guidance_scale: float = 7.5,
                     latents: Optional[torch.Tensor] = None, generator: Optional[torch.Generator] = None,
-                    backprop: Literal["shortcut", "full"] = "shortcut", checkpointing: bool = True) -> torch.Tensor:
+                    backprop: Literal["shortcut", "full"] = "shortcut",
+                    checkpointing: Optional[Checkpointing] = None) -> torch.Tensor:
     """CLIP loss of the one-step estimate x̂0 at step t; differentiable w.r.t. `cond`/`uncond`.
 
     shortcut: x_t computed under no_grad (the paper's Shortcut Text Gradient, official `pipe_train` with
-    `estimation_step=t`). full: gradients also flow through the first t steps (each UNet call checkpointed
-    unless `checkpointing=False`)."""
+    `estimation_step=t`). full: gradients also flow through the first t steps. checkpointing: "blocks"
+    (diffusers' per-block checkpointing on every UNet call with a graph), "call" (each of the first t UNet calls
+    checkpointed whole), "none"; default (None): "none" for the shortcut, as the official code runs it, and
+    "blocks" for full backpropagation, what a diffusers user would switch on."""
     check_t(t, num_inference_steps)
     if backprop not in ("shortcut", "full"):
         raise ZooError(f"backprop must be 'shortcut' or 'full', got {backprop!r}")
+    if checkpointing is None:
+        checkpointing = "blocks" if backprop == "full" else "none"
+    if checkpointing not in CHECKPOINTING:
+        raise ZooError(f"checkpointing must be one of {CHECKPOINTING} (or None), got {checkpointing!r}")
     x0 = initial_latents(stack, generator) if latents is None else latents
-    x_t, sched = latents_at(stack, cond, uncond, t, num_inference_steps, guidance_scale, x0, grad=backprop == "full",
-                            checkpointing=checkpointing)
-    ts = sched.timesteps[t]
-    eps = guided_eps(stack, x_t, ts, cond, uncond, guidance_scale, sched)
-    image = decode(stack, predict_x0(sched, x_t, eps, ts))
-    return clip_loss(stack, image, text_features)
+    with block_checkpointing(stack.unet, checkpointing == "blocks"):
+        x_t, sched = latents_at(stack, cond, uncond, t, num_inference_steps, guidance_scale, x0,
+                                grad=backprop == "full", checkpointing=checkpointing)
+        ts = sched.timesteps[t]
+        eps = guided_eps(stack, x_t, ts, cond, uncond, guidance_scale, sched)
+        image = decode(stack, predict_x0(sched, x_t, eps, ts))
+        return clip_loss(stack, image, text_features)
