@@ -12,23 +12,22 @@ the most frugal placement there is). The shortcut runs as the official code runs
     python benchmarks/dpodiff_shortcut.py --device cuda
 
 A gradient is d loss / d (conditional and unconditional text states) of the one-step CLIP loss at step t, exactly
-what GPO backpropagates to α. Every (mode, t) cell of a full run runs in a fresh process (same set-up, warm-up), so no
-cell inherits another's allocator history. Time: on the CPU the process's CPU time (1 thread), which the other
-jobs on a shared machine do not inflate as they do the wall clock (also shown); on CUDA the wall clock. Peak
-memory above the start of each gradient: on CUDA `max_memory_allocated`; on the CPU the kernel's resident
-high-water mark (VmHWM, reset through /proc/self/clear_refs before every gradient), with glibc's mmap threshold
-pinned to one page (MALLOC_MMAP_THRESHOLD_ in the cell's environment) so that freed tensors go back to the OS at
-once and the RSS follows the live tensors, not the heap's history.
+what GPO backpropagates to α. On the CPU every (mode, t) cell of a full run runs in a child forked from one parent
+that built the stack and paid every mode's first-use costs, so all cells start from the same state and none
+inherits another's allocator history (one import instead of one per cell). Time: on the CPU the process's CPU time
+(1 thread), which the other jobs on a shared machine do not inflate as they do the wall clock; on CUDA the wall
+clock. Peak memory above the start of each gradient: on CUDA `max_memory_allocated`; on the CPU the kernel's
+resident high-water mark (VmHWM, reset through /proc/self/clear_refs before every gradient), with glibc's mmap
+threshold pinned to one page (MALLOC_MMAP_THRESHOLD_, set for the script's own re-executed process) so that freed
+tensors go back to the OS at once and the RSS follows the live tensors, not the heap's history.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -37,7 +36,7 @@ import torch
 from zoo.dpodiff.loss import clip_text_features
 from zoo.dpodiff.sampler import estimation_loss, text_embeds
 from zoo.dpodiff.stack import tiny_stack
-from _memory import reset_peak_rss, status_kib  # the sibling helper of the benchmark scripts
+from _memory import in_forked_child, reset_peak_rss, status_kib  # the sibling helper of the benchmark scripts
 
 # SD-shaped (3-level UNet with cross-attention on 4-channel 16x16 latents, 3-level VAE decoding to 64x64, CLIP text
 # and vision towers of width 128, 4 layers), sized so that the whole t = 5..45 run, 3 repetitions per cell, fits the
@@ -81,33 +80,39 @@ def gradient(stack, feats, cond0, uncond0, z, mode: str, t: int, steps: int) -> 
                     checkpointing=ckpt).backward()
 
 
-def cell(mode: str, t: int, a) -> list[tuple[float, float, float]]:
-    """`reps` measured gradients of one (mode, t) cell, in this fresh process."""
+def setup(a) -> tuple:
+    """The stack, the scoring features, the text states and the initial latents every cell shares; every mode's
+    first-use costs (kernels, autograd, allocator) paid here, outside the measurements."""
     if a.device == "cpu":
         torch.set_num_threads(a.threads)
     stack = tiny_stack(**(QUICK if a.quick else MID)).to(a.device)
     feats = clip_text_features(stack, PROMPT)
     cond0, uncond0 = text_embeds(stack, PROMPT).detach(), text_embeds(stack, "").detach()
     z = torch.randn((1, *stack.latent_shape), generator=torch.Generator().manual_seed(0)).to(a.device)
-    gradient(stack, feats, cond0, uncond0, z, mode, 1, a.steps)  # first-use costs (kernels, autograd) paid outside
-    return [measure(lambda: gradient(stack, feats, cond0, uncond0, z, mode, t, a.steps), a.device)
-            for _ in range(a.reps)]
+    for m in MODES:
+        gradient(stack, feats, cond0, uncond0, z, m, 1, a.steps)
+    return stack, feats, cond0, uncond0, z
 
 
-def run_cell(mode: str, t: int, a) -> list[list[float]]:
-    if a.quick:  # the miniature only checks the script end to end: a fresh interpreter per cell costs ~20 s of imports
-        return [list(x) for x in cell(mode, t, a)]
-    args = [sys.executable, __file__, "--cell", mode, str(t), "--device", a.device, "--steps", str(a.steps),
-            "--reps", str(a.reps), "--threads", str(a.threads), *(["--quick"] if a.quick else [])]
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=PINNED)  # the cell's environment only
-    out = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"cell {mode} t={t} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def cell(state, mode: str, t: int, a, queue=None) -> list[tuple[float, float, float]]:
+    """`reps` measured gradients of one (mode, t) cell (put on `queue` when run in a forked child)."""
+    stack, feats, cond0, uncond0, z = state
+    # a forked child's first backward starts autograd's worker thread and allocator state afresh (~30 MiB once)
+    gradient(stack, feats, cond0, uncond0, z, mode, 1, a.steps)
+    out = [measure(lambda: gradient(stack, feats, cond0, uncond0, z, mode, t, a.steps), a.device)
+           for _ in range(a.reps)]
+    if queue is not None:
+        queue.put(out)
+    return out
 
 
-def params_of(a) -> str:
-    stack = tiny_stack(**(QUICK if a.quick else MID))
+def run_cell(state, mode: str, t: int, a) -> list[tuple[float, float, float]]:
+    if a.quick or a.device != "cpu":  # CUDA cannot fork after initialisation; its peak counter is exact anyway
+        return cell(state, mode, t, a)
+    return in_forked_child(cell, state, mode, t, a)
+
+
+def params_of(stack) -> str:
     return ", ".join(f"{k} {sum(p.numel() for p in getattr(stack, k).parameters()) / 1e6:.2f}M"
                      for k in ("unet", "vae", "text_encoder", "clip"))
 
@@ -120,13 +125,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ts", type=int, nargs="*", default=None)
-    ap.add_argument("--cell", nargs=2, metavar=("MODE", "T"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.reps = a.reps or (1 if a.quick else 3)
     a.steps = a.steps or (8 if a.quick else 50)
-    if a.cell:
-        print(json.dumps(cell(a.cell[0], int(a.cell[1]), a)))
-        return
+    if a.device == "cpu" and not a.quick and os.environ.get("MALLOC_MMAP_THRESHOLD_") != PINNED:
+        # glibc reads the threshold at start-up: run this script again with it pinned (its own process only)
+        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
+                  dict(os.environ, MALLOC_MMAP_THRESHOLD_=PINNED))
     ts = a.ts or ([2, 5] if a.quick else [5, 15, 25, 45])
     import diffusers
     import transformers
@@ -134,13 +139,14 @@ def main() -> None:
     print(f"device={a.device} stack={'quick' if a.quick else 'mid'} {QUICK if a.quick else MID} steps={a.steps} "
           f"reps={a.reps} threads={a.threads} cpu={platform.processor() or platform.machine()} "
           f"torch={torch.__version__} diffusers={diffusers.__version__} transformers={transformers.__version__}")
-    print(f"parameters: {params_of(a)}")
+    state = setup(a)
+    print(f"parameters: {params_of(state[0])}")
     clock = "wall" if a.device == "cuda" else "CPU"  # a shared CPU's wall clock measures the other jobs too
     print(f"| t | shortcut {clock} s | full-blocks {clock} s | ratio | full-call {clock} s | ratio "
           "| shortcut peak MiB | full-blocks peak MiB | ratio | full-call peak MiB | ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for t in ts:
-        r = {m: run_cell(m, t, a) for m in MODES}
+        r = {m: run_cell(state, m, t, a) for m in MODES}
 
         def stat(m, i, digits=2, r=r):
             xs = [x[i] for x in r[m]]
