@@ -6,7 +6,12 @@ Per n: forward+backward wall time (median and spread over --reps, after a warm-u
 measurement), peak memory of one forward+backward, FLOPs of one
 forward (`torch.utils.flop_counter.FlopCounterMode`) and parameter counts. On CUDA memory is
 `torch.cuda.max_memory_allocated` above the inputs; on CPU it is the peak of live tensor memory that
-`torch.profiler` (profile_memory=True) records during the step, above what was live before it.
+`torch.profiler` (profile_memory=True) records during the step, above what was live before it (the allocator's
+live bytes, not the process RSS, which cannot see freed-and-reused blocks). The same measurement for every block.
+
+PMT is the block as the model uses it (`recompute=True`: its linear chains keep only their inputs and are
+recomputed in the backward, see `zoo/pmtr/pmt.py`); PMT-autograd is the same block and weights with plain autograd
+(`recompute=False`), which stores every intermediate; the attention blocks are plain autograd.
 
     python benchmarks/pmtr_coarse.py --large-reps 1        # CPU, 128 ... 4096 nodes (1 timed step above 1024)
     python benchmarks/pmtr_coarse.py --device cuda         # 128 ... 4096 nodes
@@ -168,8 +173,10 @@ def main(argv=None):
     nodes = args.nodes or ([32, 64] if args.quick else
                            [128, 256, 512, 1024, 2048, 4096])
     torch.manual_seed(0)
-    pmt = CoarsePMTBlock(c, f, [4, 4], radius=0.05).to(device)
-    blocks = {"PMT": pmt, "MHA": AttentionBlock(d, 4, args.layers).to(device),
+    pmt = CoarsePMTBlock(c, f, [4, 4], radius=0.05).to(device)  # recompute=True: the block's default
+    stored = CoarsePMTBlock(c, f, [4, 4], radius=0.05, recompute=False).to(device)
+    stored.load_state_dict(pmt.state_dict())  # the same block, plain autograd (stores every intermediate)
+    blocks = {"PMT": pmt, "PMT-autograd": stored, "MHA": AttentionBlock(d, 4, args.layers).to(device),
               "MHA+geo": AttentionBlock(d, 4, args.layers, geometric=True).to(device)}
     print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, width {d}, reps {args.reps}")
     print("parameters: " + ", ".join(f"{k} {sum(p.numel() for p in m.parameters()):,}" for k, m in blocks.items())

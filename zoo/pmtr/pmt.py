@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from zoo.errors import ZooError
 from zoo.pmtr.geometry import radius_neighbors
@@ -50,6 +51,16 @@ class ProxyMatchTransform(nn.Module):
         b = torch.einsum("sfch,kch->sfhk", y, m)
         return torch.einsum("sfhk,hfo->sok", b, self.proxy) + linear.bias
 
+    def composed(self, channel: nn.Linear, merge: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+        """The channel Linear W (c_in -> (c h)) followed by the head-merging Linear M ((c h) -> k), per head:
+        WM[h, i, k] = sum_c W[(c h), i] M[k, (c h)] and bWM[h, k] = sum_c b_W[(c h)] M[k, (c h)]. Exact: the proxy
+        contraction (on f) and the aggregation (over points) commute with both, and the aggregation weights sum to 1,
+        so the W bias passes through it (it is aggregated with the rest anyway)."""
+        w = channel.weight.reshape(self.c_out, self.heads, self.c_in)
+        m = merge.weight.reshape(merge.out_features, self.c_out, self.heads)
+        return (torch.einsum("chi,kch->hik", w, m),
+                torch.einsum("ch,kch->hk", channel.bias.reshape(self.c_out, self.heads), m))
+
 
 class PairGroupNorm(nn.Module):
     """GroupNorm with one group per c-channel over the f axis of each cloud (official `PairGroupNorm`)."""
@@ -66,6 +77,33 @@ def distance_mlp(heads: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(1, heads), nn.ReLU(), nn.Linear(heads, heads))
 
 
+def _padded(w: torch.Tensor, idx: torch.Tensor, m: int):
+    """Padding (idx == m) as a zero weight on row 0 (GeoTransformer's shadow point is a zero row)."""
+    pad = idx >= m
+    return w.masked_fill(pad.unsqueeze(-1), 0), idx.masked_fill(pad, 0), pad
+
+
+def _gather_sum(w: torch.Tensor, x: torch.Tensor, safe: torch.Tensor) -> torch.Tensor:
+    """sum_k w[s, k, h] x[safe[s, k], :, h], one neighbour slot at a time (no (n, K, F, h) gather)."""
+    out = x.new_zeros(safe.shape[0], *x.shape[1:])
+    for k in range(safe.shape[1]):
+        out.addcmul_(w[:, k].unsqueeze(1), x[safe[:, k]])
+    return out
+
+
+def _gather_sum_backward(g, w, x, safe, pad, need_w: bool, need_x: bool):
+    gw = torch.empty_like(w) if need_w else None
+    gx = torch.zeros_like(x) if need_x else None
+    for k in range(safe.shape[1]):
+        if gw is not None:
+            gw[:, k] = (g * x[safe[:, k]]).sum(1)
+        if gx is not None:
+            gx.index_add_(0, safe[:, k], g * w[:, k].unsqueeze(1))
+    if gw is not None:
+        gw.masked_fill_(pad.unsqueeze(-1), 0)
+    return gw, gx
+
+
 class _NeighborSum(torch.autograd.Function):
     """out[s, :, h] = sum_k w[s, k, h] x[idx[s, k], :, h] over padded neighbour lists (idx == len(x) is padding: a
     zero row, whatever its weight). Gathering x[idx] first (an (n, K, F, h) tensor kept for the backward) is what makes a
@@ -74,29 +112,56 @@ class _NeighborSum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, w: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        pad = idx >= x.shape[0]
-        safe = idx.masked_fill(pad, 0)
-        w = w.masked_fill(pad.unsqueeze(-1), 0)  # a padded slot is a zero row (GeoTransformer's shadow point)
-        out = x.new_zeros(idx.shape[0], *x.shape[1:])
-        for k in range(idx.shape[1]):
-            out.addcmul_(w[:, k].unsqueeze(1), x[safe[:, k]])
+        w, safe, pad = _padded(w, idx, x.shape[0])
         ctx.save_for_backward(w, x, safe, pad)
-        return out
+        return _gather_sum(w, x, safe)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g: torch.Tensor):
         w, x, safe, pad = ctx.saved_tensors
-        gw = torch.empty_like(w) if ctx.needs_input_grad[0] else None
-        gx = torch.zeros_like(x) if ctx.needs_input_grad[1] else None
-        for k in range(safe.shape[1]):
-            if gw is not None:
-                gw[:, k] = (g * x[safe[:, k]]).sum(1)
-            if gx is not None:
-                gx.index_add_(0, safe[:, k], g * w[:, k].unsqueeze(1))
-        if gw is not None:
-            gw.masked_fill_(pad.unsqueeze(-1), 0)
-        return gw, gx, None
+        return *_gather_sum_backward(g, w, x, safe, pad, ctx.needs_input_grad[0], ctx.needs_input_grad[1]), None
+
+
+class _ProxyChain(torch.autograd.Function):
+    """One PMT layer up to its GroupNorm, for one cloud, keeping only its input for the backward.
+
+    z[s, k, o] = sum_{f,h} P[h, f, o] sum_j att[s, j, h] u[j, f, k, h] + b[k],  u[j, f, k, h] = x[j, f, :] WM[h, :, k]
+    + bWM[h, k], with WM = the channel Linear composed with the head-merging Linear (`_composed`). The chain is linear
+    in x and the aggregation weights depend on the distances only, so the backward needs just x, the (n, K, h)
+    weights and the small parameters: u and the aggregate are recomputed there (one einsum and K gathers) instead of
+    autograd storing every (n, f, c, h) intermediate. Output laid out (n, k, o) so that GroupNorm (groups = k over o)
+    reads it without a copy."""
+
+    @staticmethod
+    def forward(ctx, x, wm, bwm, att, idx, proxy, bias):
+        att, safe, pad = _padded(att, idx, x.shape[0])
+        u = _ProxyChain._project(x, wm, bwm)
+        v = _gather_sum(att, u, safe).reshape(x.shape[0], x.shape[1], wm.shape[2], wm.shape[0])
+        ctx.save_for_backward(x, wm, bwm, att, safe, pad, proxy)
+        return torch.einsum("nfkh,hfo->nko", v, proxy).add_(bias[:, None])
+
+    @staticmethod
+    def _project(x, wm, bwm):
+        """u = x WM_h + bWM_h as (n, f*k, h), the layout the neighbour sum gathers rows of."""
+        n, f = x.shape[:2]
+        return torch.einsum("nfi,hik->nfkh", x, wm).add_(bwm.t()).reshape(n, f * wm.shape[2], wm.shape[0])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gz):
+        x, wm, bwm, att, safe, pad, proxy = ctx.saved_tensors
+        n, f, (h, _, k) = x.shape[0], x.shape[1], wm.shape
+        u = _ProxyChain._project(x, wm, bwm)
+        v = _gather_sum(att, u, safe).reshape(n, f, k, h)
+        g_proxy = torch.einsum("nfkh,nko->hfo", v, gz)
+        del v
+        gv = torch.einsum("nko,hfo->nfkh", gz, proxy).reshape(n, f * k, h)
+        g_att, gu = _gather_sum_backward(gv, att, u, safe, pad, ctx.needs_input_grad[3], True)
+        del u, gv
+        gu = gu.reshape(n, f, k, h)
+        gx = torch.einsum("nfkh,hik->nfi", gu, wm) if ctx.needs_input_grad[0] else None
+        return (gx, torch.einsum("nfi,nfkh->hik", x, gu), gu.sum((0, 1)).t(), g_att, None, g_proxy, gz.sum((0, 2)))
 
 
 def neighbor_sum(w: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -116,17 +181,31 @@ def _check_dims(c: list[int], f: list[int], heads: list[int]) -> None:
                        "count per layer (len(c) - 1)")
 
 
+def _checkpoint(fn, *args):
+    """`torch.utils.checkpoint` (keep only `args`, recompute `fn` in the backward) when a graph is being built."""
+    if not torch.is_grad_enabled():
+        return fn(*args)
+    # no random op inside, so no RNG state to replay
+    return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
+
+
 class CoarsePMTBlock(nn.Module):
     """PMT on the superpoints (nodes): aggregation over all nodes of the same part within `radius` (the official
     code masks distance > radius to -inf before a softmax over all nodes; here a softmax over the radius-neighbour
-    lists, the same value), an output Linear on c*f."""
+    lists, the same value), an output Linear on c*f.
+
+    `recompute=True` (default) trades compute for memory in training: each layer's linear chain is one
+    `_ProxyChain` (keeps its input only), each layer's GroupNorm + LeakyReLU + chain is a checkpoint segment
+    (keeps the (n, 512) pre-norm tensor between layers) and each cloud's whole block is an outer checkpoint (while one
+    cloud back-propagates, the other keeps only its input). `recompute=False` is plain autograd, which stores every
+    intermediate (the same values; tests compare them)."""
 
     def __init__(self, c: list[int] = (64, 16, 4), f: list[int] = (8, 32, 128), heads: list[int] = (4, 4),
-                 radius: float = 0.05):
+                 radius: float = 0.05, recompute: bool = True):
         super().__init__()
         c, f, heads = list(c), list(f), list(heads)
         _check_dims(c, f, heads)
-        self.c, self.f, self.radius = c, f, radius
+        self.c, self.f, self.radius, self.recompute = c, f, radius, recompute
         self.layers = nn.ModuleList(ProxyMatchTransform(c[i], f[i], c[i + 1], f[i + 1], heads[i])
                                     for i in range(len(heads)))
         self.att_src = nn.ModuleList(distance_mlp(h) for h in heads)
@@ -169,6 +248,8 @@ class CoarsePMTBlock(nn.Module):
         # the official block masks a dense (n, n) distance matrix; the radius-neighbour lists hold the same entries
         # at O(n K) memory (K: the most nodes within the radius of one node)
         n_src, n_trg = self.neighbors(src_pos), self.neighbors(trg_pos)
+        if self.recompute:
+            return self._lean(src_feat, n_src, 0), self._lean(trg_feat, n_trg, 1)
         # features laid out (f c), normalised along c as the official block does
         s = F.normalize(src_feat.reshape(-1, self.f[0], self.c[0]), dim=-1)
         t = F.normalize(trg_feat.reshape(-1, self.f[0], self.c[0]), dim=-1)
@@ -177,6 +258,45 @@ class CoarsePMTBlock(nn.Module):
             t = self._layer(layer, t, layer.w_trg, a_t, layer.out_trg, n_trg)
             s, t = self.act(norm(s)), self.act(norm(t))
         return self.out(s.reshape(s.shape[0], -1)), self.out(t.reshape(t.shape[0], -1))
+
+    # --- recompute=True: the same block, keeping for the backward only what it cannot cheaply recompute ---
+
+    def _lean(self, feat: torch.Tensor, nbrs, side: int) -> torch.Tensor:
+        idx, dist, pad = nbrs
+        mlps = self.att_trg if side else self.att_src
+        atts = [neighbor_softmax(mlp, dist, pad) for mlp in mlps]  # (n, K, h) each: small, kept
+        return _checkpoint(self._segments, feat, idx, side, *atts)
+
+    def _segments(self, feat, idx, side, *atts):
+        z = _checkpoint(self._first, feat, atts[0], idx, side)
+        for i in range(1, len(self.layers)):
+            z = _checkpoint(self._inner, i, z, atts[i], idx, side)
+        return _checkpoint(self._last, z)
+
+    def _chain(self, i: int, x: torch.Tensor, att, idx, side: int) -> torch.Tensor:
+        layer = self.layers[i]
+        channel, merge = (layer.w_trg, layer.out_trg) if side else (layer.w_src, layer.out_src)
+        wm, bwm = layer.composed(channel, merge)
+        return _ProxyChain.apply(x, wm, bwm, att, idx, layer.proxy, merge.bias)  # (n, k, o)
+
+    def _norm_act(self, i: int, z: torch.Tensor) -> torch.Tensor:
+        # z is (n, c, f): GroupNorm (one group per c over f, as PairGroupNorm) reads it as it is; the LeakyReLU
+        # goes in place on GroupNorm's output, which GroupNorm's backward does not need
+        return F.leaky_relu_(self.norms[i].norm(z), self.act.negative_slope)
+
+    def _first(self, feat, att, idx, side):
+        return self._chain(0, F.normalize(feat.reshape(-1, self.f[0], self.c[0]), dim=-1), att, idx, side)
+
+    def _inner(self, i, z, att, idx, side):
+        return self._chain(i, self._norm_act(i - 1, z).transpose(1, 2), att, idx, side)
+
+    def _last(self, z):
+        a = self._norm_act(len(self.layers) - 1, z)  # (n, c, f)
+        # the output Linear reads (f c)-ordered features: permute its weight's columns instead of copying a to that
+        # layout
+        d = self.out.out_features
+        w = self.out.weight.reshape(d, self.f[-1], self.c[-1]).transpose(1, 2).reshape(d, -1)
+        return F.linear(a.reshape(a.shape[0], -1), w, self.out.bias)
 
 
 class FinePMTBlock(nn.Module):
