@@ -1,19 +1,34 @@
 """ByMI under DDP: every rank is a machine, a trusted rank plays the master, flagged ranks can be excluded.
 
 `ByzantineIdentification` works with any LightningModule trained with a DDP strategy. Every ``every_n_steps``
-optimizer steps, at the start of the step:
+optimizer steps:
 
-1. each rank splits its local batch in two halves (stratified by the labels at ``label_index`` when asked) and
-   computes ``g1, g2`` = gradients of the module's loss on each half at the current parameters, with
-   ``torch.autograd.grad`` on the unwrapped module (DDP's reducer never sees these backward passes), optionally
+1. each rank splits its local batch in two halves D1, D2 (stratified by the labels at ``label_index`` when asked)
+   and needs ``g1, g2`` = the gradients of the module's loss on each half at the current parameters, optionally
    restricted to ``parameters`` (name globs) and/or compressed by a seeded random projection that every rank draws
-   identically;
-2. ``trainer.strategy.all_gather`` collects them; the trusted rank also sends Σ₀, the covariance of its per-sample
-   gradients (needed by the spectral filter), by broadcast;
+   identically. Two ways, the same numbers:
+   * **one pass** (``reuse_step_gradient=True``, where it is exact, see below): the training step's own backward
+     already computes this rank's local full-batch gradient g before DDP averages it. On a check step the
+     callback's DDP communication hook keeps the local gradient (no all-reduce), one extra half-batch
+     ``torch.autograd.grad`` gives g1, and for a loss that is the mean over the batch's B = n1 + n2 samples
+     ``g2 = (B·g − n1·g1)/n2`` exactly. After the identification (in ``on_after_backward``, still before the
+     optimizer step and gradient clipping) the callback averages the kept local gradients itself, over all
+     ranks or, with ``exclude``, over the unflagged ones. Cost: one half-batch forward/backward per check.
+   * **two passes** (otherwise): ``torch.autograd.grad`` on each half, on the unwrapped module at the start of the
+     step (DDP's reducer never sees these backward passes). Cost: about one full forward/backward per check.
+   The identity needs the check's gradient to be the gradient of exactly this batch's mean loss, so the one-pass
+   path is used only when it holds by construction: a DDP strategy, automatic optimization, no gradient
+   accumulation, full precision (32/64-true: no loss scaling), no module that couples or randomises samples in
+   training mode (dropout, batch norm), and ``training_loss`` (or ``training_step``) returning the loss that is
+   backpropagated. What the callback cannot see (a sum-reduced or contrastive loss, functional dropout) is caught
+   at the first check, which computes g2 both ways: if they differ (relative difference > `ONE_PASS_RTOL` on any
+   rank), that check uses the direct g2 and every later check takes the two-pass path, with a warning.
+2. ``trainer.strategy.all_gather`` collects (g1, g2) with each rank's half size in one tensor; the trusted rank
+   also sends Σ₀, the covariance of its per-sample gradients (needed by the spectral filter), by broadcast;
 3. every rank runs the same `zoo.bymi.bymi` (same inputs, same result): W per worker rank, the knockoff+ threshold
    and the flagged ranks. They are logged (``byzantine/W/rank<r>``, ``byzantine/threshold``,
    ``byzantine/n_flagged``) and written to ``<run dir>/byzantine/step_<N>.csv`` (rank 0).
-4. With ``action="exclude"`` a DDP communication hook averages the gradient over the unflagged ranks only (a
+4. With ``action="exclude"`` the DDP communication hook averages the gradient over the unflagged ranks only (a
    flagged rank's bucket is weighted 0, the others 1/#unflagged) from that step until the next check.
 
 The loss is the module's ``training_loss(batch)`` if it has one, otherwise its ``training_step(batch, idx)`` with
@@ -41,6 +56,7 @@ import lightning.pytorch as L
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from safetensors.torch import save_file
 
 from zoo.bymi.attacks import ipm, ood_features, random_gradient
@@ -51,6 +67,12 @@ from zoo.errors import ZooError
 
 PROJECTION_CHUNK = 1 << 20  # parameter entries per block of the random projection drawn at a time
 PROJECTION_CACHE_BYTES = 256 << 20  # a projection matrix up to this size is drawn once and kept
+ONE_PASS_RTOL = 1e-4  # first-check test of g2 = (B·g − n1·g1)/n2 against the direct g2 (float32 rounding: ~1e-6)
+# training-mode modules under which a half's gradient is not the same function as in the full batch
+COUPLING_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
+                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.BatchNorm1d, torch.nn.BatchNorm2d,
+                    torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm, torch.nn.LazyBatchNorm1d, torch.nn.LazyBatchNorm2d,
+                    torch.nn.LazyBatchNorm3d)
 
 
 # ------------------------------------------------------------------------------------------------ batches
@@ -222,6 +244,7 @@ class ByzantineIdentification(Callback):
         save_tensors: bool = False,
         max_dim: int = 4096,
         log_dir: Optional[str] = None,
+        reuse_step_gradient: bool = True,
     ):
         """
         Args:
@@ -240,6 +263,8 @@ class ByzantineIdentification(Callback):
             save_tensors: also save the gathered g1, g2 and W as safetensors next to each CSV.
             max_dim: largest gradient dimension accepted (Σ₀ and the spectral filter are dim × dim).
             log_dir: where ``byzantine/`` goes (default: the trainer's root dir, the zoo run dir).
+            reuse_step_gradient: derive g2 from the training step's own local gradient where that is exact (one
+                half-batch pass per check instead of two; see the module docstring); False: always two passes.
         """
         super().__init__()
         if every_n_steps < 1:
@@ -256,13 +281,18 @@ class ByzantineIdentification(Callback):
         self.parameters, self.projection_dim, self.projection_seed = parameters, projection_dim, projection_seed
         self.action, self.stratify, self.label_index = action, stratify, label_index
         self.sigma0_samples, self.split_seed, self.save_tensors = sigma0_samples, split_seed, save_tensors
-        self.max_dim, self.log_dir = max_dim, log_dir
+        self.max_dim, self.log_dir, self.reuse_step_gradient = max_dim, log_dir, reuse_step_gradient
         self.flagged: list[int] = []
         self.history: list[dict] = []
-        self._weight = 1.0  # this rank's factor in the masked gradient average
+        self._weight = 1.0  # this rank's factor in the gradient average (1/world, or the masked mean's)
         self._last_step = -1
         self._names: list[str] = []
+        self._params: list[torch.nn.Parameter] = []
         self._matrix: Optional[torch.Tensor] = None  # the cached projection (see _project)
+        self.one_pass = False  # decided at fit start (see `one_pass_blocker`)
+        self._verified = False  # the first one-pass check also computes g2 directly
+        self._deferred = False  # read by the comm hook: keep this step's local gradient
+        self._pending: Optional[tuple[Any, int]] = None  # (batch, step) of a one-pass check awaiting backward
 
     # -------------------------------------------------------------------------------------- set-up checks
     def _selected(self, pl_module: L.LightningModule) -> list[tuple[str, torch.nn.Parameter]]:
@@ -272,6 +302,24 @@ class ByzantineIdentification(Callback):
         if not params:
             raise ZooError(f"ByzantineIdentification selects no trainable parameter (patterns {self.parameters})")
         return params
+
+    def one_pass_blocker(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Optional[str]:
+        """Why g2 cannot be derived from the step's gradient in this run (None: it can)."""
+        if not self.reuse_step_gradient:
+            return "reuse_step_gradient=False"
+        if not hasattr(trainer.strategy.model, "register_comm_hook"):
+            return "not a DDP strategy"
+        if not pl_module.automatic_optimization:
+            return "manual optimization"
+        if trainer.accumulate_grad_batches != 1:
+            return f"gradient accumulation over {trainer.accumulate_grad_batches} batches"
+        if str(trainer.precision) not in ("32-true", "64-true", "32", "64"):
+            return f"precision {trainer.precision} (scaled or low-precision gradients)"
+        coupling = [n for n, m in pl_module.named_modules()
+                    if isinstance(m, COUPLING_MODULES) and getattr(m, "p", 1) != 0]  # dropout with p = 0 is the identity
+        if coupling:
+            return f"training-mode dropout / batch norm in {', '.join(coupling[:3])}"
+        return None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         world = trainer.world_size
@@ -290,7 +338,7 @@ class ByzantineIdentification(Callback):
         if any(self.trusted_rank in trainer.callbacks[i].ranks for i in attacks):
             raise ZooError(f"the trusted rank {self.trusted_rank} cannot be attacked")
         params = self._selected(pl_module)
-        self._names = [n for n, _ in params]
+        self._names, self._params = [n for n, _ in params], [p for _, p in params]
         dim = self.projection_dim or sum(p.numel() for _, p in params)
         if dim > self.max_dim:
             raise ZooError(f"the identification would work on {dim}-dimensional gradients (> max_dim={self.max_dim}); "
@@ -299,11 +347,22 @@ class ByzantineIdentification(Callback):
         signature = ";".join(f"{n}:{tuple(p.shape)}" for n, p in params) + f"|{self.projection_dim}"
         digest = torch.tensor([int(hashlib.sha1(signature.encode()).hexdigest()[:15], 16)], device=pl_module.device)
         check_same_selection(trainer.strategy.all_gather(digest).reshape(-1), self._names)
-        if self.action == "exclude":
+        self._weight = 1.0 / world
+        blocker = self.one_pass_blocker(trainer, pl_module)
+        if blocker is None or self.action == "exclude":
             model = trainer.strategy.model
             if not hasattr(model, "register_comm_hook"):
                 raise ZooError("action='exclude' needs a DDP strategy (strategy: ddp)")
-            model.register_comm_hook(self, _masked_mean_hook)
+            try:
+                model.register_comm_hook(self, _comm_hook)
+            except RuntimeError as e:  # DDP takes one hook (e.g. the strategy's ddp_comm_hook already holds it)
+                if self.action == "exclude":
+                    raise ZooError(f"action='exclude' needs its own DDP communication hook, and DDP refused it: {e}")
+                blocker = f"DDP refused the communication hook ({e})"
+        self.one_pass = blocker is None
+        rank_zero_info("ByzantineIdentification: split-half gradients by "
+                       + ("one extra half-batch pass per check (g2 from the step's local gradient)" if self.one_pass
+                          else f"two half-batch passes per check ({blocker})"))
 
     # -------------------------------------------------------------------------------------- gradients
     def _project(self, flat: torch.Tensor) -> torch.Tensor:
@@ -332,19 +391,37 @@ class ByzantineIdentification(Callback):
         """The half split's own random stream at a check: one per step and rank, independent of training."""
         return torch.Generator().manual_seed(self.split_seed * 1_000_003 + 7919 * (step + 1) + rank)
 
+    def _half_gradient(self, pl_module: L.LightningModule, half: Any) -> torch.Tensor:
+        params = self._params or [p for _, p in self._selected(pl_module)]
+        grads = torch.autograd.grad(module_loss(pl_module, half), params, allow_unused=True, materialize_grads=True)
+        return torch.cat([g.reshape(-1) for g in grads]).double()
+
     def split_gradients(self, pl_module: L.LightningModule, batch: Any, generator: torch.Generator
                         ) -> tuple[torch.Tensor, torch.Tensor, int, Any]:
-        """(g1, g2, n_half, first half) of this rank's batch at the current parameters."""
+        """(g1, g2, n_half, first half) of this rank's batch at the current parameters, by two passes."""
         b1, b2 = split_batch(batch, generator, self.stratify, self.label_index)
-        params = [p for _, p in self._selected(pl_module)]
-        out = []
-        for half in (b1, b2):
-            grads = torch.autograd.grad(module_loss(pl_module, half), params, allow_unused=True, materialize_grads=True)
-            out.append(torch.cat([g.reshape(-1) for g in grads]).double())
-        out = self._project(torch.stack(out))  # both halves through one projection
-        n_half = min(len(next(iter(b.values() if isinstance(b, dict) else b))) for b in (b1, b2))
+        out = self._project(torch.stack([self._half_gradient(pl_module, b) for b in (b1, b2)]))  # one projection
         check_finite(f"rank {pl_module.global_rank}'s split-half gradients", out)
-        return out[0], out[1], n_half, b1
+        return out[0], out[1], min(_batch_len(b1), _batch_len(b2)), b1
+
+    def split_gradients_from_step(self, pl_module: L.LightningModule, batch: Any, generator: torch.Generator,
+                                  verify: bool = False) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
+        """(g1, g2, n_half, mismatch) by one pass: g1 by autograd on D1, g2 = (B·g − n1·g1)/n2 from the local
+        gradient g of the step's mean loss over B = n1 + n2 samples (this rank's unreduced ``.grad``). With
+        ``verify``, g2 is also computed directly; mismatch = they differ, and then the direct g2 is returned."""
+        b1, b2 = split_batch(batch, generator, self.stratify, self.label_index)
+        n1, n2 = _batch_len(b1), _batch_len(b2)
+        g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self._params])
+        g1 = self._half_gradient(pl_module, b1)
+        g2 = ((n1 + n2) * g.double() - n1 * g1) / n2
+        mismatch = False
+        if verify:
+            direct = self._half_gradient(pl_module, b2)
+            mismatch = bool((g2 - direct).norm() > ONE_PASS_RTOL * direct.norm() + 1e-30)
+            g2 = direct if mismatch else g2
+        out = self._project(torch.stack([g1, g2]))
+        check_finite(f"rank {pl_module.global_rank}'s split-half gradients", out)
+        return out[0], out[1], min(n1, n2), mismatch
 
     def per_sample_gradients(self, pl_module: L.LightningModule, batch: Any) -> torch.Tensor:
         """The trusted rank's per-sample gradients (n, dim) for Σ₀: a vmap over samples when the module allows it,
@@ -383,17 +460,58 @@ class ByzantineIdentification(Callback):
         if step % self.every_n_steps or step == self._last_step:
             return
         self._last_step = step
+        if self.one_pass:  # finished in on_after_backward, from this step's own gradient
+            self._pending, self._deferred = (batch, step), True
+            return
+        g1, g2, n_half, _ = self.split_gradients(pl_module, batch, self.split_generator(step, trainer.global_rank))
+        self._identify(trainer, pl_module, batch, g1, g2, n_half, False, step, from_step=False)
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._pending is None:
+            return
+        (batch, step), self._pending, self._deferred = self._pending, None, False
+        verify = not self._verified
+        g1, g2, n_half, mismatch = self.split_gradients_from_step(
+            pl_module, batch, self.split_generator(step, trainer.global_rank), verify=verify)
+        self._identify(trainer, pl_module, batch, g1, g2, n_half, mismatch, step, from_step=True)
+        self._average_kept_gradient(pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._pending is not None:  # training_step returned None: no backward, nothing was kept
+            self._pending, self._deferred = None, False
+
+    def _average_kept_gradient(self, pl_module: L.LightningModule) -> None:
+        """The all-reduce that the hook skipped on this check step: Σ_r weight_r · g_r over every trainable
+        parameter (the mean, or the unflagged ranks' mean), written back into ``.grad`` before the optimizer."""
+        grads = [p.grad for p in pl_module.parameters() if p.requires_grad and p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads]).mul_(self._weight)
+        dist.all_reduce(flat)
+        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(part.view_as(g))
+
+    def _identify(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, g1: torch.Tensor,
+                  g2: torch.Tensor, n_half: int, mismatch: bool, step: int, from_step: bool) -> None:
         rank, world = trainer.global_rank, trainer.world_size
-        g1, g2, n_half, _ = self.split_gradients(pl_module, batch, self.split_generator(step, rank))
-        gathered = trainer.strategy.all_gather(torch.stack([g1, g2])).reshape(world, 2, -1).double().cpu()
-        halves = trainer.strategy.all_gather(torch.tensor([n_half], device=pl_module.device)).reshape(-1)
-        n_half = int(halves.min())
+        # one gather: both halves, and (in a last column) this rank's half size and the one-pass test's outcome
+        extra = torch.tensor([float(n_half), float(mismatch)], dtype=torch.float64, device=g1.device)
+        row = torch.cat([torch.stack([g1, g2]), torch.stack([extra, extra])], dim=1)
+        gathered = trainer.strategy.all_gather(row).reshape(world, 2, -1).double().cpu()
+        n_half = int(gathered[:, 0, -2].min())
+        any_mismatch = bool(gathered[:, 0, -1].any())
+        if from_step:
+            self._verified = True
+            if any_mismatch:
+                bad = gathered[:, 0, -1].nonzero().flatten().tolist()
+                rank_zero_warn(f"ByzantineIdentification: on ranks {bad} g2 derived from the step's gradient differs "
+                               "from the direct g2 (a loss that is not the batch mean, or randomness in the forward "
+                               "pass); this check used the direct g2, and later checks use two passes")
+                self.one_pass = False
+        G1, G2 = gathered[:, 0, :-2], gathered[:, 1, :-2]
         sigma0 = None
         if self.estimator == "filter":
             if rank == self.trusted_rank:
                 sigma0 = covariance(self.per_sample_gradients(pl_module, batch).cpu())
             sigma0 = trainer.strategy.broadcast(sigma0, src=self.trusted_rank)
-        G1, G2 = gathered[:, 0], gathered[:, 1]
         for cb in trainer.callbacks:
             if isinstance(cb, ByzantineAttack):
                 G1, G2 = cb.corrupt_reports(G1, G2, 2 * n_half, self.trusted_rank, step)
@@ -401,10 +519,12 @@ class ByzantineIdentification(Callback):
                       n_half=n_half, sigma0=sigma0, master=self.trusted_rank, offset=self.offset)
         workers = result.workers.tolist()
         self.flagged = [workers[i] for i in result.flagged.nonzero().flatten().tolist()]
-        kept = world - len(self.flagged)
-        self._weight = 0.0 if rank in self.flagged else 1.0 / kept
+        if self.action == "exclude":
+            self._weight = 0.0 if rank in self.flagged else 1.0 / (world - len(self.flagged))
+        split = ("two passes" if not from_step else "direct g2 (the one-pass test failed)" if any_mismatch
+                 else "one pass")
         record = {"step": step, "threshold": float(result.threshold), "flagged": list(self.flagged),
-                  "W": dict(zip(workers, result.W.tolist()))}
+                  "W": dict(zip(workers, result.W.tolist())), "split": split}
         self.history.append(record)
         for r, w in record["W"].items():
             pl_module.log(f"byzantine/W/rank{r}", w, on_step=True, on_epoch=False, rank_zero_only=True)
@@ -426,7 +546,7 @@ class ByzantineIdentification(Callback):
                 w.writerow([r, repr(score), int(r in record["flagged"]), record["threshold"]])
         if self.save_tensors:
             save_file({"g1": G1.contiguous(), "g2": G2.contiguous(), "W": W.contiguous()},
-                      str(stem.with_suffix(".safetensors")))
+                      str(stem.with_suffix(".safetensors")), metadata={"split": record["split"]})
 
     def state_dict(self) -> dict:
         return {"flagged": self.flagged, "last_step": self._last_step}
@@ -436,13 +556,22 @@ class ByzantineIdentification(Callback):
         self._last_step = state_dict.get("last_step", -1)
 
 
-def _masked_mean_hook(state, bucket):
-    """DDP communication hook: all-reduce the sum of ``weight_r · bucket_r`` (weight 0 for a flagged rank, 1/#kept
-    otherwise), i.e. the mean gradient of the unflagged ranks (1/world each while nothing is flagged).
+def _batch_len(batch: Any) -> int:
+    return len(next(iter(batch.values() if isinstance(batch, dict) else batch)))
+
+
+def _comm_hook(state, bucket):
+    """DDP communication hook. On a one-pass check step: keep this rank's local gradient (the callback averages it
+    after the identification). Otherwise: all-reduce the sum of ``weight_r · bucket_r``, weight 1/world (DDP's own
+    mean) or, after ``exclude`` flagged ranks, 0 for a flagged rank and 1/#kept for the others.
 
     (No annotations: DDP checks that ``bucket`` is annotated as ``dist.GradBucket`` or not at all, and this module's
     postponed annotations would be strings.)"""
     buffer = bucket.buffer()
-    buffer.mul_(state._weight if state.flagged else 1.0 / dist.get_world_size())
+    if state._deferred:
+        kept = torch.futures.Future()
+        kept.set_result(buffer)
+        return kept
+    buffer.mul_(state._weight)
     fut = dist.all_reduce(buffer, async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])

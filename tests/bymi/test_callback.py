@@ -149,3 +149,64 @@ def test_attack_corrupts_only_its_ranks():
     flip = ByzantineAttack([0], attack="label_flip", n_classes=4)
     flip.corrupt_batch(batch, 0, 0)
     assert torch.equal(batch[1], 3 - clean[1])
+
+
+class _SumLoss(FeatureClassifier):
+    """A sum-reduced loss: the step's gradient is not the batch mean's, so g2 cannot be derived from it."""
+
+    def training_loss(self, batch):
+        return F.cross_entropy(self(batch[0]), batch[1], reduction="sum")
+
+
+def _step_gradient(model, batch):
+    model.zero_grad()
+    model.training_loss(batch).backward()  # what the training step's backward leaves in .grad (DDP's hook kept it)
+
+
+def test_g2_from_the_step_gradient_is_the_direct_g2_and_a_sum_loss_is_caught():
+    L.seed_everything(2, verbose=False)
+    model = FeatureClassifier(hidden=6).double()
+    x, y = _batch(41)  # odd: halves of 21 and 20, so n1 != n2 in (B·g − n1·g1)/n2
+    batch = [x.double(), y]
+    cb = ByzantineIdentification(estimator="master")
+    cb._params = list(model.parameters())
+    _step_gradient(model, batch)
+    d1, d2, n_half, _ = cb.split_gradients(model, batch, torch.Generator().manual_seed(5))
+    o1, o2, n_one, mismatch = cb.split_gradients_from_step(model, batch, torch.Generator().manual_seed(5), verify=True)
+    assert not mismatch and n_one == n_half == 20
+    torch.testing.assert_close(o1, d1, rtol=0, atol=0)
+    torch.testing.assert_close(o2, d2, rtol=0, atol=1e-12)
+    summed = _SumLoss(hidden=6).double()
+    summed.load_state_dict(model.state_dict())
+    cb._params = list(summed.parameters())
+    _step_gradient(summed, batch)
+    s1, s2, _, mismatch = cb.split_gradients_from_step(summed, batch, torch.Generator().manual_seed(5), verify=True)
+    assert mismatch  # detected, and the direct g2 is returned instead
+    torch.testing.assert_close(s2, cb.split_gradients(summed, batch, torch.Generator().manual_seed(5))[1])
+
+
+def test_one_pass_is_used_only_where_it_is_exact():
+    class DDP:
+        def register_comm_hook(self, state, hook):
+            pass
+
+    def trainer(**kw):
+        opts = dict(strategy=type("S", (), {"model": DDP()})(), accumulate_grad_batches=1, precision="32-true")
+        return type("T", (), {**opts, **kw})()
+
+    model = FeatureClassifier(hidden=4)
+    cb = ByzantineIdentification()
+    assert cb.one_pass_blocker(trainer(), model) is None
+    assert cb.one_pass_blocker(trainer(precision="64-true"), model) is None
+    assert "gradient accumulation" in cb.one_pass_blocker(trainer(accumulate_grad_batches=2), model)
+    assert "precision 16-mixed" in cb.one_pass_blocker(trainer(precision="16-mixed"), model)
+    assert "not a DDP strategy" in cb.one_pass_blocker(trainer(strategy=type("S", (), {"model": model})()), model)
+    assert "reuse_step_gradient=False" in ByzantineIdentification(reuse_step_gradient=False).one_pass_blocker(
+        trainer(), model)
+    noisy = FeatureClassifier(hidden=4)
+    noisy.net.insert(1, torch.nn.Dropout(0.1))
+    assert "dropout / batch norm in net.1" in cb.one_pass_blocker(trainer(), noisy)
+    noisy.net[1].p = 0.0  # the identity
+    assert cb.one_pass_blocker(trainer(), noisy) is None
+    model.automatic_optimization = False
+    assert "manual optimization" in cb.one_pass_blocker(trainer(), model)

@@ -124,3 +124,33 @@ def test_non_finite_and_constant_gradients_are_errors():
 def test_split_scores_broadcast_a_scalar_omega():
     g1, g2, mu = torch.randn(4, 3), torch.randn(4, 3), torch.randn(3)
     torch.testing.assert_close(split_scores(g1, g2, mu, torch.tensor(2.0)), 2 * ((g1 - mu) * (g2 - mu)).sum(-1))
+
+
+@pytest.mark.parametrize("estimator", ["filter", "geom", "master", "oracle"])
+def test_one_small_identification_in_numpy_equals_the_torch_path(estimator):
+    """A single CPU problem runs `bymi` in numpy (`_bymi_np`); the same problem as a batch of one runs the torch
+    path: the same scores, threshold and flags, at the paper's size (150 machines, p = 20) with Byzantine rows."""
+    rng = np.random.default_rng(11)
+    for trial in range(3):
+        g1, g2 = rng.standard_normal((2, 150, 20)) / math.sqrt(200)
+        g1[1:16] += 0.15 * (trial + 1)
+        g2[1:16] += 0.15 * (trial + 1)
+        g1, g2 = torch.tensor(g1), torch.tensor(g2)
+        S0 = torch.tensor(np.cov(rng.standard_normal((400, 20)).T, bias=True))
+        kw = dict(alpha=0.1, estimator=estimator, eps=0.1, n_half=200, sigma0=S0, master=trial,
+                  oracle_mean=torch.zeros(20, dtype=torch.float64))
+        one, batch = bymi(g1, g2, **kw), bymi(g1[None], g2[None], **kw)
+        torch.testing.assert_close(one.W, batch.W[0], rtol=0, atol=1e-12)
+        torch.testing.assert_close(one.mu_hat, batch.mu_hat[0], rtol=0, atol=1e-12)
+        assert torch.equal(one.flagged, batch.flagged[0]) and torch.equal(one.workers, batch.workers)
+        assert float(one.threshold) == pytest.approx(float(batch.threshold[0]), rel=1e-12)  # L is one of the |W|
+        assert one.W.dtype == batch.W.dtype
+    assert one.flagged.sum() >= 10  # the shifted rows are found at the largest shift
+
+
+def test_the_numpy_threshold_equals_the_batched_one():
+    rng = np.random.default_rng(3)
+    for W in [rng.standard_normal(60) + 1.5, np.round(rng.standard_normal(40) * 2) + 1, -np.abs(rng.random(30))]:
+        for alpha, offset in [(0.1, 1), (0.2, 0), (0.3, 1)]:
+            t = torch.tensor(W)
+            assert float(knockoff_threshold(t, alpha, offset)) == float(knockoff_threshold(t[None], alpha, offset)[0])

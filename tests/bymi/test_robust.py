@@ -131,3 +131,24 @@ def test_trimmed_mean_equals_the_official_loop_and_is_a_fixed_point():
         assert mu == pytest.approx(_est_dim_one_loop(z, 0.12), abs=1e-12)
         keep = np.argsort((z - mu) ** 2, kind="stable")[: len(z) - 6]
         assert mu == pytest.approx(z[keep].mean(), abs=1e-12)
+
+
+def test_single_small_problems_run_in_numpy_with_the_torch_paths_values():
+    """One 2-D CPU problem takes the numpy kernels (`is_small`); a batch of one takes the torch loops. Both are the
+    same iterations: equal values (to rounding in the BLAS products), the same stopping round."""
+    from zoo.bymi.robust import is_small
+
+    rng = np.random.default_rng(7)
+    for seed in range(3):
+        X = torch.tensor(_points(seed, m=150, d=20, outliers=15) * math.sqrt(200))
+        S0 = torch.tensor(np.cov(rng.standard_normal((400, 20)).T, bias=True) * 200)
+        assert is_small(X) and not is_small(X[None]) and not is_small(X.requires_grad_(False).float()[None])
+        torch.testing.assert_close(geometric_median(X), geometric_median(X[None])[0], rtol=0, atol=1e-10)
+        mu, w = filtering_mean(X, 0.12, S0)
+        mu_t, w_t = filtering_mean(X[None], 0.12, S0)
+        torch.testing.assert_close(w, w_t[0], rtol=0, atol=1e-13)
+        torch.testing.assert_close(mu, mu_t[0], rtol=0, atol=1e-10)
+        torch.testing.assert_close(mad(X, dim=0), mad(X[None], dim=1)[0], rtol=1e-15, atol=0)
+    # the step at a data point (Vardi-Zhang) inside the numpy loop
+    X = torch.tensor(np.vstack([np.tile([1.0, -2.0, 0.5], (40, 1)), rng.standard_normal((20, 3)) * 5]))
+    torch.testing.assert_close(geometric_median(X), geometric_median(X[None])[0], rtol=0, atol=1e-12)

@@ -20,10 +20,12 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+import numpy as np
 import torch
 
-from zoo.bymi.robust import filtering_mean, geometric_median, mad, trimmed_mean_1d
-from zoo.bymi.threshold import knockoff_select
+from zoo.bymi.robust import (MAD_CONSTANT, _filtering_mean_np, _geometric_median_np, filtering_mean, geometric_median,
+                             is_small, mad, trimmed_mean_1d)
+from zoo.bymi.threshold import knockoff_select, knockoff_threshold_np
 from zoo.errors import ZooError
 
 Estimator = Literal["filter", "geom", "master", "filter_plus", "oracle"]
@@ -107,11 +109,22 @@ def bymi(
         raise ZooError(f"master row {master} is outside the {M} machines")
     if estimator not in ESTIMATORS:
         raise ZooError(f"unknown ByMI estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+    if estimator == "filter":
+        if sigma0 is None:
+            raise ZooError("ByMI-Filter needs sigma0, the covariance of the master's per-sample gradients")
+        if sigma0.shape[-2:] != (d, d):
+            raise ZooError(f"sigma0 must be ({d}, {d}) for {d}-dimensional gradients, got {tuple(sigma0.shape)}")
+        check_finite("sigma0", sigma0)
+    if estimator == "oracle" and oracle_mean is None:
+        raise ZooError("the oracle estimator needs oracle_mean (the true mean of normal gradients)")
     check_finite("g1", g1)
     check_finite("g2", g2)
     g = (g1 + g2) / 2 if g is None else g
     ep = const_f * eps  # official: ep = const_f * eps, in this order (the floors below depend on the rounding)
-    workers = torch.tensor([j for j in range(M) if j != master], device=g1.device)
+    if (estimator != "filter_plus" and all(is_small(t) for t in (g1, g2, g))
+            and (sigma0 is None or is_small(sigma0)) and (oracle_mean is None or is_small(oracle_mean))):
+        return _bymi_np(g1, g2, g, alpha, estimator, ep, n_half, sigma0, master, offset, oracle_mean)
+    workers = torch.cat([torch.arange(master, device=g1.device), torch.arange(master + 1, M, device=g1.device)])
 
     if estimator == "filter_plus":
         v = top_direction(g1, n_half)
@@ -123,11 +136,6 @@ def bymi(
         return Identification(W, L, flagged, workers, mu)
 
     if estimator == "filter":
-        if sigma0 is None:
-            raise ZooError("ByMI-Filter needs sigma0, the covariance of the master's per-sample gradients")
-        if sigma0.shape[-2:] != (d, d):
-            raise ZooError(f"sigma0 must be ({d}, {d}) for {d}-dimensional gradients, got {tuple(sigma0.shape)}")
-        check_finite("sigma0", sigma0)
         Xs, centre = scaled_rows(g1, n_half)
         mu_s, _ = filtering_mean(Xs, ep, sigma0)
         mu = mu_s / math.sqrt(n_half) + centre
@@ -137,15 +145,43 @@ def bymi(
     elif estimator == "master":
         mu = g[..., master, :]
     else:
-        if oracle_mean is None:
-            raise ZooError("the oracle estimator needs oracle_mean (the true mean of normal gradients)")
         mu = oracle_mean.expand(*g1.shape[:-2], d)
 
     spread = mad(g, dim=-2)
     if bool((spread <= 0).any()):
-        zero = (spread <= 0).reshape(-1, d).any(dim=0).nonzero().flatten()[:5].tolist()
-        raise ZooError(f"gradient coordinates {zero} have zero MAD across machines, so Ω = diag(MAD)⁻¹ is undefined; "
-                       "restrict the identification to parameters that vary across machines")
+        _zero_mad((spread <= 0).reshape(-1, d).any(dim=0).nonzero().flatten()[:5].tolist())
     W = split_scores(g1.index_select(-2, workers), g2.index_select(-2, workers), mu, 1.0 / spread)
     flagged, L = knockoff_select(W, alpha, offset)
     return Identification(W, L, flagged, workers, mu)
+
+
+def _zero_mad(coordinates: list[int]) -> None:
+    raise ZooError(f"gradient coordinates {coordinates} have zero MAD across machines, so Ω = diag(MAD)⁻¹ is "
+                   "undefined; restrict the identification to parameters that vary across machines")
+
+
+def _bymi_np(g1, g2, g, alpha, estimator, ep, n_half, sigma0, master, offset, oracle_mean) -> Identification:
+    """`bymi` of one small CPU problem (see `zoo.bymi.robust.is_small`) in numpy on the tensors' memory: the same
+    steps as the torch path, without its per-op dispatch cost (3.7 → ~1 ms at 150 machines × 20 coordinates)."""
+    A1, A2, G = g1.numpy(), g2.numpy(), g.numpy()
+    M = A1.shape[0]
+    workers = np.delete(np.arange(M), master)
+    if estimator in ("filter", "geom"):
+        centre = A1.mean(axis=0)
+        Xs = (A1 - centre) * math.sqrt(n_half)  # `scaled_rows`
+        if estimator == "filter":
+            mu_s = _filtering_mean_np(Xs, ep, sigma0.numpy(), max(1, math.floor(ep * M)))[0]
+        else:
+            mu_s = _geometric_median_np(torch.from_numpy(Xs), 1e-10, 10000).numpy()
+        mu = mu_s / math.sqrt(n_half) + centre
+    elif estimator == "master":
+        mu = G[master]
+    else:
+        mu = np.broadcast_to(oracle_mean.numpy(), A1.shape[-1:])
+    spread = MAD_CONSTANT * np.median(np.abs(G - np.median(G, axis=0)), axis=0)  # `mad`
+    if (spread <= 0).any():
+        _zero_mad(np.flatnonzero(spread <= 0)[:5].tolist())
+    W = ((A1[workers] - mu) * (1.0 / spread) * (A2[workers] - mu)).sum(axis=-1)  # `split_scores`
+    L = knockoff_threshold_np(W, alpha, offset)
+    return Identification(torch.from_numpy(W), torch.tensor(L, dtype=g1.dtype), torch.from_numpy(W >= L),
+                          torch.from_numpy(workers), torch.from_numpy(np.array(mu)))

@@ -6,12 +6,20 @@ leading dimensions: rows are machines, columns gradient coordinates.
   the master's covariance Σ₀ subtracted, soft down-weighting along the top eigenvector).
 * `geometric_median`: Weiszfeld's iteration with the Vardi–Zhang step at a data point (official ``geom_solver_C``).
 * `trimmed_mean_1d`: the iterative 1-D trimmed mean of ByMI-Filter+ (official ``est_dim_one``).
+
+A single small problem (a 2-D CPU tensor of at most `SMALL` entries, no autograd) runs the same iterations in numpy
+on the tensor's own memory: at ByMI's size (150 machines × 20 coordinates) one torch op costs ~5-10 µs of dispatch
+against ~1-2 µs for numpy, and the inner loops are dozens of tiny ops per iteration (profiled: the per-op overhead
+was most of a 3.7 ms call). Batched inputs keep the torch path; `tests/bymi/test_robust.py` checks that both paths
+give the same values. The bound keeps numpy's BLAS (its own thread pool, which `torch.set_num_threads` does not
+govern) on products too small for it to spread over threads.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from zoo.errors import ZooError
@@ -19,6 +27,13 @@ from zoo.errors import ZooError
 MAD_CONSTANT = 1.4826  # R's mad() default (1/Φ⁻¹(3/4) rounded as R rounds it)
 ZERO_WEIGHT = 1e-18  # official filtering_refine: weights below this are set to 0
 TIE_RADIUS = 1e-6  # official geom_solver_C: an iterate this close to a data point sits on it
+SMALL = 1 << 12  # entries up to which a single 2-D problem runs in numpy (see the module docstring)
+
+
+def is_small(x: torch.Tensor) -> bool:
+    """A single CPU problem small enough that numpy's lower per-op cost wins (no autograd through numpy)."""
+    return (x.dim() <= 2 and x.device.type == "cpu" and x.dtype in (torch.float64, torch.float32)
+            and x.numel() <= SMALL and not x.requires_grad)
 
 
 def r_median(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -32,6 +47,9 @@ def r_median(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 def mad(x: torch.Tensor, dim: int = -2) -> torch.Tensor:
     """R's ``mad(x)``: 1.4826 · median(|x − median(x)|) along ``dim`` (default: over machines)."""
+    if is_small(x):  # np.median also averages the middle pair of an even count, as R does
+        a = x.numpy()
+        return torch.from_numpy(MAD_CONSTANT * np.median(np.abs(a - np.median(a, axis=dim, keepdims=True)), axis=dim))
     centre = r_median(x, dim).unsqueeze(dim)
     return MAD_CONSTANT * r_median((x - centre).abs(), dim)
 
@@ -65,6 +83,9 @@ def filtering_mean(X: torch.Tensor, eps: float, sigma0: torch.Tensor) -> tuple[t
         raise ZooError(f"filtering needs at least 2 machines, got {m}")
     # R's `for (i in 1:(ep*m))`: floor(ep*m) rounds, and one round when 0 < ep*m < 1
     rounds = max(1, math.floor(eps * m))
+    if is_small(X) and is_small(sigma0):
+        mu, w = _filtering_mean_np(X.numpy(), eps, sigma0.numpy(), rounds)
+        return torch.from_numpy(mu), torch.from_numpy(w)
     w = torch.full((*batch, m), 1.0 / m, dtype=X.dtype, device=X.device)
     mu = (w.unsqueeze(-2) @ X).squeeze(-2)
     active = torch.ones(batch, dtype=torch.bool, device=X.device)
@@ -84,6 +105,26 @@ def filtering_mean(X: torch.Tensor, eps: float, sigma0: torch.Tensor) -> tuple[t
     return mu, w
 
 
+def _filtering_mean_np(X: np.ndarray, eps: float, sigma0: np.ndarray, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """`filtering_mean` of one problem in numpy, the same steps as the torch loop above."""
+    m = X.shape[0]
+    w = np.full(m, 1.0 / m, dtype=X.dtype)
+    mu = w @ X
+    for _ in range(rounds):
+        cov = (X * w[:, None]).T @ X - np.outer(mu, mu) - sigma0
+        vals, vecs = np.linalg.eigh(cov)
+        j = -1 if abs(vals[-1]) >= abs(vals[0]) else 0  # the eigenvalue largest in magnitude
+        tau = ((X - mu) @ vecs[:, j]) ** 2 * (w >= ZERO_WEIGHT)
+        ratio = tau / max(tau.max(), np.finfo(X.dtype).tiny)
+        w = w * (1 + (-1.0 if vals[j] >= 0 else 1.0) * ratio)
+        w = w * (w >= ZERO_WEIGHT)
+        w = w / w.sum()
+        mu = w @ X
+        if (w / (w.max() * m)).sum() <= 1 - eps:
+            break
+    return mu, w
+
+
 def geometric_median(X: torch.Tensor, tol: float = 1e-10, max_iter: int = 10000) -> torch.Tensor:
     """Geometric median ``argmin_y Σ_i ‖x_i − y‖`` of rows ``X`` (..., m, d) by Weiszfeld's iteration.
 
@@ -93,6 +134,8 @@ def geometric_median(X: torch.Tensor, tol: float = 1e-10, max_iter: int = 10000)
     (2000) step it intends: ``y ← (1 − η/r)⁺ T(y) + min(1, η/r) x_tie``, with η the number of points at y, x_tie
     their mean, T(y) the Weiszfeld map over the other points and r = ‖Σ_{x_i ≠ y} (x_i − y)/‖x_i − y‖‖.
     """
+    if is_small(X):
+        return _geometric_median_np(X, tol, max_iter)
     batched = X.dim() > 2
     y = X.mean(dim=-2)
     active = torch.ones(X.shape[:-2], dtype=torch.bool, device=X.device)
@@ -110,6 +153,26 @@ def geometric_median(X: torch.Tensor, tol: float = 1e-10, max_iter: int = 10000)
         if not bool(active.any()):
             break
     return y
+
+
+def _geometric_median_np(X: torch.Tensor, tol: float, max_iter: int) -> torch.Tensor:
+    """`geometric_median` of one problem in numpy: the plain Weiszfeld step, with the (rare) step at a data point
+    taken by the torch `_vardi_zhang_step` on the same memory."""
+    A = X.numpy()
+    y = A.mean(axis=0)
+    for _ in range(max_iter):
+        diff = A - y
+        dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        if dist.min() < TIE_RADIUS:
+            new_y = _vardi_zhang_step(X, torch.from_numpy(y), torch.from_numpy(diff), torch.from_numpy(dist)).numpy()
+        else:
+            inv = 1.0 / dist
+            new_y = inv @ A / inv.sum()
+        step = new_y - y
+        y = new_y
+        if math.sqrt(step @ step) < tol:
+            break
+    return torch.from_numpy(y)
 
 
 def _vardi_zhang_step(X: torch.Tensor, y: torch.Tensor, diff: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:

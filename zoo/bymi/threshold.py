@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from zoo.errors import ZooError
@@ -30,6 +31,8 @@ def knockoff_threshold(W: torch.Tensor, alpha: float, offset: int = 1) -> torch.
     _check_alpha(alpha)
     if offset not in (0, 1):
         raise ZooError(f"knockoff offset must be 0 or 1, got {offset}")
+    if W.dim() == 1 and W.device.type == "cpu" and not W.requires_grad:  # one problem: numpy's ops cost less
+        return torch.tensor(knockoff_threshold_np(W.numpy(), alpha, offset), dtype=W.dtype)
     m = W.shape[-1]
     sorted_W = W.sort(dim=-1).values.contiguous()
     t = W.abs().contiguous()
@@ -40,6 +43,19 @@ def knockoff_threshold(W: torch.Tensor, alpha: float, offset: int = 1) -> torch.
     ok = (ratio <= alpha) & (t > 0)
     inf = torch.full_like(t, math.inf)
     return torch.where(ok, t, inf).amin(dim=-1)
+
+
+def knockoff_threshold_np(W: np.ndarray, alpha: float, offset: int = 1) -> float:
+    """`knockoff_threshold` of one score vector in numpy (the same counts by binary search)."""
+    _check_alpha(alpha)
+    if offset not in (0, 1):
+        raise ZooError(f"knockoff offset must be 0 or 1, got {offset}")
+    sorted_W = np.sort(W)
+    t = np.abs(W)
+    n_pos = len(W) - np.searchsorted(sorted_W, t, side="left")
+    n_neg = np.searchsorted(sorted_W, -t, side="right")
+    ok = ((offset + n_neg) / np.maximum(n_pos, 1) <= alpha) & (t > 0)
+    return float(t[ok].min()) if ok.any() else math.inf
 
 
 def knockoff_select(W: torch.Tensor, alpha: float, offset: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
