@@ -97,3 +97,49 @@ def test_without_fine_pmt_only_the_coarse_proxies_are_regularised():
     s = _sample()
     loss = m.training_step(s, 0)
     assert torch.isfinite(loss)
+
+
+def test_match_quality_counts_inliers_and_overlapping_node_pairs_as_brute_force():
+    from zoo.pmtr.geometry import apply_transform
+    from zoo.pmtr.model import PMTR
+
+    torch.manual_seed(1)
+    m = PMTRModule(**TINY).model
+    r = torch.tensor(Rotation.random(random_state=3).as_matrix(), dtype=torch.float32)
+    t = torch.tensor([0.2, -0.1, 0.3])
+    src = torch.rand(10, 3)
+    trg = apply_transform(src, r, t)
+    trg[7:] += torch.tensor([0.0, 0.0, 0.15])  # 3 of 10 beyond the 0.1 acceptance radius
+    trg[5] += torch.tensor([0.05, 0.0, 0.0])  # within it
+    q = m._point_inliers(src, trg, r, t)
+    assert float(q["num_corr"]) == 10 and float(q["inlier_ratio"]) == pytest.approx(0.7)
+    gt = torch.tensor([[0, 1], [2, 0], [2, 3], [4, 4]])
+    si, ti = torch.tensor([0, 2, 1, 4, 3]), torch.tensor([1, 3, 1, 0, 3])  # (0,1), (2,3) overlap; 3 others do not
+    assert float(PMTR._node_precision(si, ti, gt, n_trg=5)) == pytest.approx(0.4)
+
+
+def test_test_step_logs_the_identity_and_ground_truth_node_diagnostics():
+    torch.manual_seed(0)
+    m = PMTRModule(**TINY)
+    logged = {}
+    m.log_dict = lambda d, **kw: logged.update(d)
+    m.test_step(_sample(), 0)
+    for k in ("test/crd", "test/identity_crd", "test/gtnodes_crd", "test/inlier_ratio", "test/gtnodes_inlier_ratio",
+              "test/node_precision", "test/num_corr"):
+        assert k in logged, k
+    assert 0 <= logged["test/inlier_ratio"] <= 1 and 0 <= logged["test/node_precision"] <= 1
+
+
+def test_warmup_ramps_the_learning_rate_linearly_and_defaults_to_the_official_constant():
+    opt = PMTRModule(**TINY).configure_optimizers()
+    assert isinstance(opt, torch.optim.Adam) and opt.param_groups[0]["lr"] == 1e-3
+    cfg = PMTRModule(**TINY, warmup_steps=4).configure_optimizers()
+    opt, sched = cfg["optimizer"], cfg["lr_scheduler"]["scheduler"]
+    lrs = []
+    for _ in range(6):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    with pytest.raises(ZooError, match="warmup_steps"):
+        PMTRModule(**TINY, warmup_steps=-1)

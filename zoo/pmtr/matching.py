@@ -114,11 +114,13 @@ class LearnableLogOptimalTransport(nn.Module):
 @torch.no_grad()
 def local_global_registration(src_knn_points, trg_knn_points, src_knn_masks, trg_knn_masks, score_mat,
                               k: int = 3, acceptance_radius: float = 0.1, confidence_threshold: float = 0.05,
-                              correspondence_threshold: int = 3, num_refinement_steps: int = 5):
+                              correspondence_threshold: int = 3, num_refinement_steps: int = 5,
+                              return_correspondences: bool = False):
     """GeoTransformer's LGR (mutual top-k, no dustbin, no global score): point correspondences inside every matched
     patch pair, one weighted-Kabsch hypothesis per patch with >= `correspondence_threshold` of them, the hypothesis
     with most inliers (residual < `acceptance_radius`) over all correspondences, then `num_refinement_steps`
-    re-fits on its inliers. Returns (R, t) mapping source to target, and the correspondence count.
+    re-fits on its inliers. Returns (R, t) mapping source to target, and the correspondence count (with
+    `return_correspondences`, the corresponding (C, 3) source and target points instead of the count).
     score_mat: (B, k_s, k_t) plan probabilities (dustbins removed)."""
     b, ks, kt = score_mat.shape
     mask = src_knn_masks.unsqueeze(2) & trg_knn_masks.unsqueeze(1)
@@ -129,9 +131,10 @@ def local_global_registration(src_knn_points, trg_knn_points, src_knn_masks, trg
     corr = row_top & col_top & (s > confidence_threshold) & mask
     bi, si, ti = corr.nonzero(as_tuple=True)
     eye, zero = torch.eye(3, dtype=s.dtype, device=s.device), torch.zeros(3, dtype=s.dtype, device=s.device)
-    if len(bi) < 3:
-        return eye, zero, len(bi)
     src_c, trg_c, w_c = src_knn_points[bi, si], trg_knn_points[bi, ti], s[bi, si, ti]
+    found = (src_c, trg_c) if return_correspondences else len(bi)
+    if len(bi) < 3:
+        return eye, zero, found
     counts = corr.flatten(1).sum(1)
     patch_ok = counts >= correspondence_threshold
     if patch_ok.any():
@@ -149,4 +152,4 @@ def local_global_registration(src_knn_points, trg_knn_points, src_knn_masks, trg
         if inl.sum() < 3:
             break
         rot, tr = weighted_kabsch(src_c, trg_c, w_c * inl)
-    return rot, tr, len(bi)
+    return rot, tr, found

@@ -4,14 +4,14 @@ KPConv-FPN with fine PMT -> coarse PMT on the nodes -> superpoint matching -> lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from zoo.errors import ZooError
-from zoo.pmtr.geometry import build_pyramid
+from zoo.pmtr.geometry import apply_transform, build_pyramid
 from zoo.pmtr.kpconv import KPConvFPN
 from zoo.pmtr.loss import coarse_matching_loss, fine_matching_loss
 from zoo.pmtr.matching import (LearnableLogOptimalTransport, local_global_registration, node_correspondences,
@@ -26,6 +26,8 @@ class PMTROutput:
     losses: dict[str, torch.Tensor]
     node_corr_scores: torch.Tensor
     num_correspondences: int
+    # with a ground-truth pose: how good the matches the pose was solved from are (see `_match_quality`)
+    match_quality: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class PMTR(nn.Module):
@@ -94,6 +96,9 @@ class PMTR(nn.Module):
                                                      self.matching_radius, src_nm, trg_nm, src_km, trg_km)
         with torch.no_grad():
             si, ti, node_scores = superpoint_matching(src_fn, trg_fn, src_nm, trg_nm, self.num_node_correspondences)
+            quality = {}
+            if has_gt:  # the learnt node matches, before training swaps in the ground-truth pairs
+                quality["node_precision"] = self._node_precision(si, ti, gt_idx, len(trg_nds))
             if use_gt_nodes and has_gt and (gt_ov > self.positive_overlap).any():
                 si, ti, node_scores = superpoint_targets(gt_idx, gt_ov, self.num_node_correspondences,
                                                          self.positive_overlap)
@@ -104,15 +109,35 @@ class PMTR(nn.Module):
         scores = torch.einsum("bnd,bmd->bnm", src_f, trg_f) / src_fp.shape[1] ** 0.5
         log_plan = self.optimal_transport(scores, src_km[si], trg_km[ti])
         # LGR fits target -> source in the official code (its "ref" is the source); we fit source -> target
-        rot, tr, n_corr = local_global_registration(src_kp[si], trg_kp[ti], src_km[si], trg_km[ti],
-                                                    log_plan[:, :-1, :-1].detach().exp(), **self.lgr)
+        rot, tr, (src_c, trg_c) = local_global_registration(src_kp[si], trg_kp[ti], src_km[si], trg_km[ti],
+                                                            log_plan[:, :-1, :-1].detach().exp(),
+                                                            return_correspondences=True, **self.lgr)
         losses = {}
         if has_gt:
+            with torch.no_grad():
+                quality.update(self._point_inliers(src_c, trg_c, gt_rotation, gt_translation))
             c_loss = coarse_matching_loss(src_fn, trg_fn, gt_idx, gt_ov, self.positive_overlap)
             f_loss = fine_matching_loss(log_plan, src_kp[si], trg_kp[ti], src_km[si], trg_km[ti], gt_rotation,
                                         gt_translation, self.fine_positive_radius)
             orth, zero = orthogonality_loss(self.proxies(), self.orth_scale)
             losses = {"loss": c_loss + f_loss + orth + zero, "c_loss": c_loss, "f_loss": f_loss,
                       "orth_loss": orth, "zero_loss": zero}
-        return PMTROutput(rot, tr, losses, node_scores, n_corr)
+        return PMTROutput(rot, tr, losses, node_scores, len(src_c), quality)
+
+    @staticmethod
+    def _node_precision(si, ti, gt_idx, n_trg: int) -> torch.Tensor:
+        """Fraction of the matched node pairs that overlap at all under the ground truth (GeoTransformer's PIR)."""
+        if len(si) == 0:
+            return torch.zeros((), device=si.device)
+        gt_keys = gt_idx[:, 0] * n_trg + gt_idx[:, 1]
+        return torch.isin(si * n_trg + ti, gt_keys).float().mean()
+
+    def _point_inliers(self, src_c, trg_c, rotation, translation) -> dict[str, torch.Tensor]:
+        """The point correspondences LGR solved the pose from: their count and the fraction within LGR's acceptance
+        radius under the ground-truth pose (GeoTransformer's inlier ratio, IR)."""
+        n = torch.tensor(float(len(src_c)), device=src_c.device)
+        if len(src_c) == 0:
+            return {"num_corr": n, "inlier_ratio": torch.zeros((), device=src_c.device)}
+        res = (apply_transform(src_c, rotation, translation) - trg_c).norm(dim=-1)
+        return {"num_corr": n, "inlier_ratio": (res < self.lgr["acceptance_radius"]).float().mean()}
 

@@ -39,6 +39,8 @@ class PMTRModule(HubMixin, L.LightningModule):
         groups: GroupNorm groups in the backbone (official 32).
         orth_scale: weight of the proxy orthogonality terms (official 10).
         lr: Adam learning rate (official 1e-3, no weight decay, no schedule).
+        warmup_steps: linear learning-rate warm-up over this many optimiser steps (0, the official setting: none;
+            a diagnostic option for the CPU reproduction, not in the paper).
         shonan_max_level: the highest SO(p) level of the multi-part test's Shonan averaging (official pMax 40); on
             inconsistent pairwise poses climbing to 40 can take seconds before it fails (then the fallback applies).
     """
@@ -75,12 +77,15 @@ class PMTRModule(HubMixin, L.LightningModule):
         groups: int = 32,
         orth_scale: float = 10.0,
         lr: float = 1e-3,
+        warmup_steps: int = 0,
         shonan_max_level: int = 40,
     ):
         super().__init__()
         self.save_hyperparameters()
         if lr <= 0:
             raise ZooError(f"lr must be > 0, got {lr}")
+        if warmup_steps < 0:
+            raise ZooError(f"warmup_steps must be >= 0, got {warmup_steps}")
         if shonan_max_level < 3:
             raise ZooError(f"shonan_max_level must be >= 3 (Shonan starts at SO(3)), got {shonan_max_level}")
         if voxel_size <= 0 or kpconv_radius <= 0:
@@ -106,11 +111,17 @@ class PMTRModule(HubMixin, L.LightningModule):
                                    batch["gt_rotations"][1], batch["gt_translations"][1])
         out = self.model(src, trg, r_gt, t_gt, use_gt_nodes=stage == "train")
         metrics = pairwise_metrics(src, trg, out.rotation, out.translation, r_gt, t_gt)
-        logs = {**{k: v.detach() for k, v in out.losses.items()}, **metrics}
+        logs = {**{k: v.detach() for k, v in out.losses.items()}, **metrics, **out.match_quality}
         if stage == "test":
             eye = torch.eye(3, dtype=src.dtype, device=src.device)
             ident = pairwise_metrics(src, trg, eye, torch.zeros_like(t_gt), r_gt, t_gt)
             logs.update({f"identity_{k}": v for k, v in ident.items()})
+            # diagnostic, not a result: the same model given the ground-truth node pairs (as in training), which
+            # separates a failure of the learnt coarse matching from one of the fine matching + LGR
+            oracle = self.model(src, trg, r_gt, t_gt, use_gt_nodes=True)
+            gt_nodes = pairwise_metrics(src, trg, oracle.rotation, oracle.translation, r_gt, t_gt)
+            logs.update({f"gtnodes_{k}": v for k, v in {**gt_nodes, **oracle.match_quality}.items()
+                         if k != "node_precision"})
         self.log_dict({f"{stage}/{k}": float(v) for k, v in logs.items()}, batch_size=1, prog_bar=False)
         return out.losses["loss"]
 
@@ -153,7 +164,12 @@ class PMTRModule(HubMixin, L.LightningModule):
         return {"name": batch.get("name"), "rotation": r, "translation": t}
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=0.0)
+        opt = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=0.0)
+        w = self.hparams.warmup_steps
+        if w == 0:
+            return opt
+        ramp = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / w))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": ramp, "interval": "step"}}
 
     def card_metadata(self) -> dict:
         return {"tags": ["pmtr", "shape-assembly", "point-cloud-registration", "breaking-bad"], "base_model": None}
