@@ -4,11 +4,13 @@ and our RL-U and RL-B vs our TB, in one process.
     python benchmarks/gfnpg_iteration.py             # H = 256, d = 2, batch 128, MLP 4x256 (official defaults)
     python benchmarks/gfnpg_iteration.py --stop-bias -6 --no-peer  # long trajectories, as late in training
     python benchmarks/gfnpg_iteration.py --quick     # H = 16, batch 16, MLP 2x32: a few seconds
+    python benchmarks/gfnpg_iteration.py --profile 20 --no-memory  # + where the time goes, per network and per op
 
 An iteration is what the official train.py does per step: sample the batch on-policy, evaluate the loss, one
 optimiser step (RL: the critic, actor and log Z updates; RL-B also samples backward trajectories and updates pi_B
-and V_B). Every measured iteration starts from the same initial networks and optimiser state (restored, untimed,
-before it), and round r seeds every method alike, so our methods sample the same forward trajectories: the rows
+and V_B). Every measured iteration starts from the same initial networks and the same warm optimiser state (Adam's
+moments after one untimed iteration, as in training; restored in place, untimed, before it: see warm_restorer),
+and round r seeds every method alike, so our methods sample the same forward trajectories: the rows
 compare one iteration at the same policy. (Left to train, the methods' samplers drift apart, to longer trajectories
 at different rates, and later rounds stop being comparable.) Methods are timed round-robin (one iteration of each
 per round) so that a shared machine's load drifts evenly; the table gives the median and the interquartile range
@@ -41,15 +43,29 @@ from zoo.gfnpg.sampling import mlp
 from _memory import in_forked_child, reset_peak_rss, saved_bytes, status_kib  # noqa: E402 - the sibling helper of the benchmark scripts
 
 
-def restorer(*objs):
-    """A reset() that puts the modules and optimisers back into the state they have now (untimed before every
-    measured iteration). Optimiser states are deep-copied on loading: load_state_dict may keep the given tensors,
-    which the next steps update in place."""
-    saved = [copy.deepcopy(o.state_dict()) for o in objs]
+def warm_restorer(modules, optimizers, step):
+    """A reset() for the timed iterations. One untimed iteration first gives the optimisers their state (Adam's
+    moments, as in every iteration of training after the first), then the modules are put back to their initial
+    values. reset() restores that state in place: the modules' parameters by load_state_dict (a copy into the
+    existing tensors) and the optimisers' state tensors by copy_. (Restoring the optimisers by load_state_dict, as
+    the benchmark did up to commit fce8bf5, replaced their state with new tensors, or with none at the start, so
+    every timed iteration paid for allocating and first touching the Adam state, a cost that training pays once and
+    that grows with the number of parameters: RL-B has 2.4x TB's.)"""
+    init = [copy.deepcopy(m.state_dict()) for m in modules]
+    torch.manual_seed(999)
+    step()
+    for m, state in zip(modules, init):
+        m.load_state_dict(state)
+    saved_modules = [copy.deepcopy(m.state_dict()) for m in modules]
+    saved_optims = [{p: {k: v.clone() for k, v in st.items()} for p, st in o.state.items()} for o in optimizers]
 
     def reset():
-        for o, state in zip(objs, saved):
-            o.load_state_dict(copy.deepcopy(state))
+        for m, state in zip(modules, saved_modules):
+            m.load_state_dict(state)
+        for o, states in zip(optimizers, saved_optims):
+            for p, st in states.items():
+                for k, v in st.items():
+                    o.state[p][k].copy_(v)
 
     return reset
 
@@ -65,7 +81,9 @@ def ours(variant: str, env, pf_init, args, device):
     def step():
         lengths.append(float(module.train_iteration(opts)["train/mean_length"]))
 
-    return restorer(module, *opts.values()), step, lengths
+    reset = warm_restorer([module], list(opts.values()), step)
+    lengths.clear()
+    return reset, step, lengths
 
 
 def torchgfn_tb(env_args, pf_init, args, device, saved_logprobs: bool):
@@ -102,7 +120,9 @@ def torchgfn_tb(env_args, pf_init, args, device, saved_logprobs: bool):
         opt.step()
         lengths.append(float(traj.terminating_idx.float().mean()))
 
-    return restorer(gfn, opt), step, lengths
+    reset = warm_restorer([gfn], [opt], step)
+    lengths.clear()
+    return reset, step, lengths
 
 
 def torch_peak_mib(step) -> float:
@@ -133,6 +153,49 @@ def rss_peak_mib(reset, step) -> float:
     return in_forked_child(_rss_child, reset, step, timeout=1800)
 
 
+def profile_tables(methods: dict, reps: int, top: int) -> None:
+    """Where an iteration's time goes: `reps` iterations of each of our methods (restored and seeded as in the timing
+    rounds) under torch.profiler. The first table splits the iteration by the module's `gfnpg/...` spans (one per
+    network pass, autograd backward and Adam step); the second lists the ops with the most self time. The profiler
+    times by the wall clock, with its own per-op overhead, so its milliseconds are larger than the timing table's
+    CPU times; the shares are what it is for."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    spans: dict[str, dict[str, float]] = {}
+    ops: dict[str, list] = {}
+    totals: dict[str, float] = {}
+    for name, (reset, step, _) in methods.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for r in range(reps):
+                reset()
+                torch.manual_seed(1000 + r)
+                with record_function("iteration"):
+                    step()
+        events = prof.key_averages()
+        totals[name] = sum(e.cpu_time_total for e in events if e.key == "iteration") / reps / 1e3
+        spans[name] = {e.key: e.cpu_time_total / reps / 1e3 for e in events if e.key.startswith("gfnpg/")}
+        ops[name] = sorted(((e.key, e.self_cpu_time_total / reps / 1e3, e.count / reps) for e in events
+                            if e.key != "iteration" and not e.key.startswith("gfnpg/")), key=lambda o: -o[1])
+    names = list(methods)
+    order = sorted({k for v in spans.values() for k in v}, key=lambda k: -max(v.get(k, 0.0) for v in spans.values()))
+    print(f"\nprofiler, {reps} iterations each: profiled ms per iteration (share of the iteration)\n")
+    print("| span | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for k in order:
+        cells = [f"{spans[n][k]:.2f} ({100 * spans[n][k] / totals[n]:.0f}%)" if k in spans[n] else "-" for n in names]
+        print(f"| {k} | " + " | ".join(cells) + " |")
+    rest = [totals[n] - sum(spans[n].values()) for n in names]
+    print("| (outside the spans: costs, GAE, losses, metrics) | " +
+          " | ".join(f"{r:.2f} ({100 * r / totals[n]:.0f}%)" for r, n in zip(rest, names)) + " |")
+    print("| **iteration** | " + " | ".join(f"{totals[n]:.2f}" for n in names) + " |")
+    for n in names:
+        print(f"\n{n}: the {top} ops with the most self time (ms per iteration, calls per iteration)\n")
+        print("| op | self ms | share | calls |\n|---|---|---|---|")
+        for key, ms, calls in ops[n][:top]:
+            print(f"| {key} | {ms:.2f} | {100 * ms / totals[n]:.0f}% | {calls:.0f} |")
+        print(f"| (all ops: {sum(c for _, _, c in ops[n]):.0f} calls) | {sum(m for _, m, _ in ops[n]):.2f} | | |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--height", type=int, default=256)
@@ -149,6 +212,9 @@ def main() -> None:
                    help="added to the initial stop logit: e.g. -6 makes trajectories long, like a trained sampler's")
     p.add_argument("--no-peer", action="store_true", help="leave torchgfn out (its sampler is slow on long trajectories)")
     p.add_argument("--quick", action="store_true", help="H 16, batch 16, MLP 2x32, 5 rounds")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after the tables, profile N iterations of each of our methods (per span and per op)")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory table")
     args = p.parse_args()
     if args.quick:
         args.height, args.batch, args.hidden, args.layers, args.reps, args.warmup = 16, 16, 32, 2, 5, 1
@@ -203,6 +269,10 @@ def main() -> None:
         print(f"| {name} | {1e3 * med[name]:.1f} | {1e3 * q[0]:.1f}-{1e3 * q[2]:.1f} | {med[name] / base_peer:.2f}x | "
               f"{med[name] / base_ours:.2f}x | {statistics.mean(methods[name][2]):.2f} |", flush=True)
 
+    if args.profile:
+        profile_tables({k: v for k, v in methods.items() if k.startswith("ours")}, args.profile, 12)
+    if args.no_memory:
+        return
     # memory, one row at a time (a long run that is stopped keeps the rows it has)
     peak_name = "torch peak MB" if device.type == "cpu" else "CUDA peak MB"
     print(f"\n| method | autograd saved MB | {peak_name} |" + (" peak RSS MB |" if device.type == "cpu" else ""))

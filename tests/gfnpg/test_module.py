@@ -133,3 +133,54 @@ def test_fused_adam_takes_the_per_tensor_adam_step(monkeypatch):
         model.train_iteration(opts)
     for (name, a), b in zip(fused.named_parameters(), plain.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("variant", ["RL-B", "RL-G"])
+def test_backward_update_reusing_pi_b_at_x_is_the_plain_update(monkeypatch, variant):
+    """The backward sampler's first step reuses pi_B's logits at x from the forward costs: one iteration then
+    samples the same backward trajectories, logs the same losses and moves every parameter exactly as the old path,
+    in which the sampler evaluates pi_B at x again (float64 networks; equal bit for bit)."""
+    import zoo.gfnpg.module as module_mod
+    from zoo.gfnpg import sampling
+
+    dm = GFNEnvDataModule(env="hypergrid", height=6, ndim=2, R0=0.1)
+    dm.setup()
+    new = GFNPGModule(variant=variant, **TINY)
+    new.set_env(dm.env)
+    old = GFNPGModule(variant=variant, **TINY)
+    old.set_env(dm.env)
+    new.double()
+    old.double()
+    old.load_state_dict(new.state_dict())
+    runs = {}
+    for name, model in (("new", new), ("old", old)):
+        if name == "old":
+            monkeypatch.setattr(module_mod, "sample_backward",
+                                lambda env, pb, x, first_logits=None: sampling.sample_backward(env, pb, x))
+        opts = model.named_optimizers()
+        torch.manual_seed(0)
+        runs[name] = [model.train_iteration(opts) for _ in range(2)]
+    for a, b in zip(runs["new"], runs["old"]):
+        assert a.keys() == b.keys() and all(torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])) for k in a)
+    for (name, a), b in zip(new.named_parameters(), old.parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_iteration_spans_split_a_profile_by_network():
+    """Every network pass and update of an RL-B iteration is a named span in a torch.profiler trace (what
+    benchmarks/gfnpg_iteration.py --profile tabulates)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dm = GFNEnvDataModule(env="hypergrid", height=5, ndim=2)
+    dm.setup()
+    model = GFNPGModule(variant="RL-B", **TINY)
+    model.set_env(dm.env)
+    opts = model.named_optimizers()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model.train_iteration(opts)
+    spans = {e.key for e in prof.key_averages() if e.key.startswith("gfnpg/")}
+    networks = {"pi_F: sample forward trajectories", "pi_F: log-probs with grad", "pi_B: forward costs, no grad",
+                "V: values with grad", "pi_B: sample backward trajectories", "pi_G: log-probs, no grad",
+                "pi_B: log-probs with grad", "V_B: values with grad"}
+    updates = {f"{u} update: {part}" for u in ("forward", "backward") for part in ("autograd backward", "Adam step")}
+    assert spans == {f"gfnpg/{k}" for k in networks | updates}

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from zoo.gfnpg import Hypergrid, StateGraph
-from zoo.gfnpg.sampling import (Trajectories, backward_log_probs, lookup_table, mlp, net_output, policy_logits,
-                                sample_backward, sample_forward)
+from zoo.gfnpg.sampling import (Trajectories, backward_log_probs, last_move_rows, lookup_table, mlp, net_output,
+                                policy_logits, sample_backward, sample_forward)
 
 
 @pytest.mark.parametrize("n_rows", [10, 512])  # both gathers: strided (few rows) and from a contiguous copy
@@ -150,3 +150,32 @@ def test_backward_sampler_draws_each_path_with_its_pi_b_probability(grid3, make_
     counts = Counter(tuple(back.actions[:4, i].tolist()) for i in torch.nonzero(into)[:, 0].tolist())
     assert _tv(counts, exact) < 0.02
     assert _tv(counts, {k: 1 / 6 for k in exact}) > 0.1  # pi_B is far from uniform here
+
+
+def test_backward_sampler_reuses_the_forward_costs_logits_at_x():
+    """RL-B's backward sampler takes its first step from pi_B's logits at x that the forward costs computed (the same
+    parameters): last_move_rows finds x among the children backward_log_probs evaluated, those logits equal pi_B's
+    at x, and the sampler draws the same backward trajectories from them as when it evaluates pi_B at x itself."""
+    env = Hypergrid(6, 2, R0=0.1)
+    torch.manual_seed(0)
+    pf = mlp(env.feature_dim, env.n_actions, hidden_dim=16, n_hidden_layers=2)
+    pb = mlp(env.feature_dim, env.n_actions - 1, hidden_dim=16, n_hidden_layers=2)
+    traj = sample_forward(env, pf, 200)
+    x = traj.terminal_states
+    with torch.no_grad():
+        log_pb, logits = backward_log_probs(env, pb, traj, return_logits=True)
+    torch.testing.assert_close(log_pb, backward_log_probs(env, pb, traj), rtol=0, atol=0)
+    rows = last_move_rows(traj)
+    moved = traj.lengths >= 2
+    assert 0 < int(moved.sum()) < len(x) and torch.equal(rows < 0, ~moved)  # both kinds occur
+    children = traj.states[1:][traj.valid & ~traj.is_stop]
+    assert torch.equal(children[rows[moved]], x[moved])
+    with torch.no_grad():
+        direct = policy_logits(env, pb, x[moved], backward=True)
+    torch.testing.assert_close(logits[rows[moved]], direct, rtol=1e-6, atol=1e-6)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        reused = sample_backward(env, pb, x, first_logits=logits[rows.clamp_min(0)])
+        torch.manual_seed(seed)
+        plain = sample_backward(env, pb, x)
+        assert torch.equal(reused.states, plain.states) and torch.equal(reused.actions, plain.actions)

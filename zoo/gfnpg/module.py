@@ -2,9 +2,11 @@
 
 One training step is one iteration of the official ``train.py``: sample a batch of on-policy trajectories from pi_F,
 update; RL-B/RL-G then sample backward trajectories from the batch's terminal states and update pi_B. Optimisation is
-manual: actor, critic and log Z (one Adam, a parameter group each), then pi_B and V_B (a second Adam). Validation and test compute the exact metrics
-from P_T (dynamic programming over the state DAG). The environment comes from the datamodule
-(``datamodules.gfn_envs``); the networks are built for it in ``setup``.
+manual: actor, critic and log Z (one Adam, a parameter group each), then pi_B and V_B (a second Adam). Validation
+and test compute the exact metrics from P_T (dynamic programming over the state DAG). Every network pass of an
+iteration runs inside a ``record_function`` span named ``gfnpg/...`` (next to free unless a ``torch.profiler`` is
+active), so a profile splits an iteration's time by network and phase (``benchmarks/gfnpg_iteration.py --profile``).
+The environment comes from the datamodule (``datamodules.gfn_envs``); the networks are built for it in ``setup``.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from typing import Literal, Optional
 import lightning as L
 import torch
 from torch import nn
+from torch.profiler import record_function
 
 from zoo.errors import ZooError
 from zoo.gfnpg.envs import GFNEnv
 from zoo.gfnpg.exact import DEFAULT_MAX_STATES, StateGraph, exact_metrics
 from zoo.gfnpg.objectives import (LOG_REWARD_CLIP_MIN, actor_loss, advantages_and_targets, backward_tb_loss,
                                   critic_loss, db_loss, log_z_surrogate, rl_costs, subtb_loss, tb_loss)
-from zoo.gfnpg.sampling import (backward_log_probs, forward_log_probs, mlp, net_output, policy_log_probs,
-                                sample_backward, sample_forward, state_values)
+from zoo.gfnpg.sampling import (backward_log_probs, forward_log_probs, last_move_rows, mlp, net_output,
+                                policy_log_probs, sample_backward, sample_forward, state_values)
 from zoo.gfnpg.trpo import trpo_step
 from zoo.hub import HubMixin
 
@@ -186,13 +189,15 @@ class GFNPGModule(HubMixin, L.LightningModule):
         opts = self.optimizers()
         return dict(zip(self._opt_names, opts if isinstance(opts, list) else [opts]))
 
-    def _step(self, opt, loss: torch.Tensor) -> None:
+    def _step(self, opt, loss: torch.Tensor, span: str = "gfnpg/update") -> None:
         opt.zero_grad()
-        if self._trainer is not None:
-            self.manual_backward(loss)  # Lightning's hooks (the NaN guard) see the loss
-        else:
-            loss.backward()
-        opt.step()
+        with record_function(f"{span}: autograd backward"):
+            if self._trainer is not None:
+                self.manual_backward(loss)  # Lightning's hooks (the NaN guard) see the loss
+            else:
+                loss.backward()
+        with record_function(f"{span}: Adam step"):
+            opt.step()
 
     # ------------------------------------------------------------------------------------------ training
     def training_step(self, batch, batch_idx):
@@ -203,7 +208,8 @@ class GFNPGModule(HubMixin, L.LightningModule):
         ``configure_optimizers`` builds them); usable without a Trainer. Returns the iteration's metrics."""
         env, hp = self.env, self.hparams
         self._extra = {}
-        traj = sample_forward(env, self.pf, hp.batch_size, self.device)
+        with record_function("gfnpg/pi_F: sample forward trajectories"):
+            traj = sample_forward(env, self.pf, hp.batch_size, self.device)
         log_rewards = env.log_reward(traj.terminal_states)
         if self.method == "RL":
             loss = self._rl_step(opts, traj, log_rewards)
@@ -219,56 +225,71 @@ class GFNPGModule(HubMixin, L.LightningModule):
     def _rl_step(self, opts: dict, traj, log_rewards: torch.Tensor) -> torch.Tensor:
         env, hp = self.env, self.hparams
         valid = traj.valid
-        log_pf = forward_log_probs(env, self.pf, traj)
-        with torch.no_grad():  # the costs are constants of the actor-critic step: no graph through pi_B
-            log_pb = backward_log_probs(env, self.pb, traj)
+        with record_function("gfnpg/pi_F: log-probs with grad"):
+            log_pf = forward_log_probs(env, self.pf, traj)
+        with record_function("gfnpg/pi_B: forward costs, no grad"), torch.no_grad():
+            # the costs are constants of the actor-critic step: no graph through pi_B
+            log_pb, pb_logits = backward_log_probs(env, self.pb, traj, return_logits=True)
         costs = rl_costs(log_pf.detach(), log_pb, traj, log_rewards, self.log_z.detach(), hp.log_reward_clip_min)
-        values = state_values(env, self.value, traj)
+        with record_function("gfnpg/V: values with grad"):
+            values = state_values(env, self.value, traj)
         adv, targets = advantages_and_targets(costs, values.detach(), valid, hp.lamb)
         loss = critic_loss(targets, values, valid) + log_z_surrogate(self.log_z, costs)
         if hp.variant == "RL-T":  # official order: V step, log Z step, then the TRPO actor step
-            self._step(opts["forward"], loss)
+            self._step(opts["forward"], loss, "gfnpg/forward update")
             parents, acts = traj.states[:-1][valid], traj.actions[valid]
             info = trpo_step(self.pf, lambda: policy_log_probs(env, self.pf, parents), acts, adv[valid], len(traj),
                              hp.trpo_max_kl, hp.cg_iters, hp.backtracks)
             self._extra.update({"train/trpo_kl": info["kl"], "train/trpo_accepted": info["accepted"]})
         else:
-            self._step(opts["forward"], loss + actor_loss(adv, log_pf))
+            self._step(opts["forward"], loss + actor_loss(adv, log_pf), "gfnpg/forward update")
         if self.pb is not None:
-            self._backward_policy_step(opts, traj.terminal_states, log_rewards)
+            # pi_B at x, evaluated above for the costs (pi_B has not moved since): the backward sampler's first step
+            x_logits = pb_logits[last_move_rows(traj).clamp_min(0)] if pb_logits is not None else None
+            self._backward_policy_step(opts, traj.terminal_states, log_rewards, x_logits)
         return costs.sum(0).mean()  # the estimate of KL + log Z - log Z*
 
-    def _backward_policy_step(self, opts: dict, x: torch.Tensor, log_rewards: torch.Tensor) -> None:
+    def _backward_policy_step(self, opts: dict, x: torch.Tensor, log_rewards: torch.Tensor,
+                              x_logits: Optional[torch.Tensor] = None) -> None:
+        """pi_B's update on backward trajectories from the batch's terminal states ``x`` (official
+        ``B_update_model``); ``x_logits``: pi_B's masked logits at x where the forward costs already computed them."""
         env, hp = self.env, self.hparams
         guide = env.guide if hp.variant == "RL-G" else None
-        btraj = sample_backward(env, self.pb, x)
+        with record_function("gfnpg/pi_B: sample backward trajectories"):
+            btraj = sample_backward(env, self.pb, x, first_logits=x_logits)
         valid = btraj.valid
-        with torch.no_grad():  # pi_G is a stop-gradient target
+        with record_function("gfnpg/pi_G: log-probs, no grad"), torch.no_grad():  # pi_G is a stop-gradient target
             log_pg = forward_log_probs(env, self.pf, btraj, guide=guide)
             log_pg_stop = policy_log_probs(env, self.pf, x, guide=guide)[:, -1] if hp.backward_loss == "tb" else None
-        log_pb = backward_log_probs(env, self.pb, btraj)
+        with record_function("gfnpg/pi_B: log-probs with grad"):
+            log_pb = backward_log_probs(env, self.pb, btraj)
         if hp.backward_loss == "tb":
             loss = backward_tb_loss(log_pg, log_pb, valid, log_pg_stop, log_rewards, self.log_z,
                                     hp.log_reward_clip_min)
-            self._step(opts["backward"], loss)
+            self._step(opts["backward"], loss, "gfnpg/backward update")
         else:
             costs = (log_pb.detach() - log_pg) * valid  # c^B_t = log pi_B - log pi_G
-            values = state_values(env, self.value_b, btraj)
+            with record_function("gfnpg/V_B: values with grad"):
+                values = state_values(env, self.value_b, btraj)
             adv, targets = advantages_and_targets(costs, values.detach(), valid, 1.0)
-            self._step(opts["backward"], critic_loss(targets, values, valid) + actor_loss(adv, log_pb))
+            self._step(opts["backward"], critic_loss(targets, values, valid) + actor_loss(adv, log_pb),
+                       "gfnpg/backward update")
             self._extra["train/backward_cost"] = costs.sum(0).mean().detach()
 
     def _balance_step(self, opts: dict, traj, log_rewards: torch.Tensor) -> torch.Tensor:
         env, hp = self.env, self.hparams
-        log_pf = forward_log_probs(env, self.pf, traj)
-        log_pb = backward_log_probs(env, self.pb, traj)
+        with record_function("gfnpg/pi_F: log-probs with grad"):
+            log_pf = forward_log_probs(env, self.pf, traj)
+        with record_function("gfnpg/pi_B: log-probs" + (" with grad" if self.pb is not None else ", uniform")):
+            log_pb = backward_log_probs(env, self.pb, traj)
         if self.method == "TB":
             loss = tb_loss(log_pf, log_pb, log_rewards, self.log_z, hp.log_reward_clip_min)
         else:
-            flows = state_values(env, self.log_flow, traj)
+            with record_function("gfnpg/log F: flows with grad"):
+                flows = state_values(env, self.log_flow, traj)
             loss = (db_loss(log_pf, log_pb, flows, traj, log_rewards) if self.method == "DB" else
                     subtb_loss(log_pf, log_pb, flows, traj, log_rewards, hp.lamb, hp.log_reward_clip_min))
-        self._step(opts["balance"], loss)
+        self._step(opts["balance"], loss, "gfnpg/balance update")
         return loss.detach()
 
     # ------------------------------------------------------------------------------------------ evaluation

@@ -158,11 +158,15 @@ def sample_forward(env: GFNEnv, pf: Optional[nn.Module], n: int, device=None) ->
 
 
 @torch.no_grad()
-def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor) -> Trajectories:
+def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor,
+                    first_logits: Optional[torch.Tensor] = None) -> Trajectories:
     """Backward trajectories from the terminal states ``x`` to s0 with pi_B (``None``: uniform). Their lengths are
     known in advance (the level of x), so the batch is walked in order of decreasing length: the trajectories still
     moving at step t are then a prefix (a view, no boolean indexing per step); the batch order is restored at the
-    end."""
+    end. ``first_logits``: pi_B's masked logits at ``x`` (one row per x; rows of x = s0 are not read), where the
+    caller already has them under the same parameters: RL-B evaluates pi_B at every child of the forward
+    trajectories for their costs, x among them, and pi_B does not move before the backward update. The first step
+    then samples from those rows instead of evaluating pi_B at x a second time (the same logits, the same draws)."""
     lengths = env.level(x)
     n, L = len(x), int(lengths.max()) if len(x) else 0
     order = torch.argsort(lengths, descending=True, stable=True)
@@ -173,11 +177,26 @@ def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor) -> Tr
     table = lookup_table(env, pb)
     for t, m in enumerate(moving):
         s = states[t, :m]
-        a = sample_actions(policy_logits(env, pb, s, backward=True, table=table))
+        if t == 0 and first_logits is not None:
+            logits = first_logits[order[:m]]
+        else:
+            logits = policy_logits(env, pb, s, backward=True, table=table)
+        a = sample_actions(logits)
         actions[t, :m] = a
         states[t + 1, :m] = env.backward_step(s, a)
     restore = torch.argsort(order)
     return Trajectories(states[:, restore], actions[:, restore], lengths, backward=True)
+
+
+def last_move_rows(traj: Trajectories) -> torch.Tensor:
+    """(B,) for a forward batch: the row of each trajectory's x among the children ``traj.states[1:][moves]`` (moves
+    in time-major order) that ``backward_log_probs`` evaluates, or -1 where the trajectory makes no move (x = s0).
+    x is the child of the last move, taken at step ``length - 2``."""
+    moves = traj.valid & ~traj.is_stop
+    pos = moves.flatten().cumsum(0) - 1
+    b = torch.arange(len(traj), device=moves.device)
+    last = (traj.lengths - 2).clamp_min(0) * len(traj) + b
+    return torch.where(traj.lengths >= 2, pos[last], torch.full_like(b, -1))
 
 
 def forward_log_probs(env: GFNEnv, pf: Optional[nn.Module], traj: Trajectories, guide: Optional[Guide] = None,
@@ -192,9 +211,10 @@ def forward_log_probs(env: GFNEnv, pf: Optional[nn.Module], traj: Trajectories, 
     return out.masked_scatter(valid, lp.gather(1, acts[:, None])[:, 0].to(dtype))
 
 
-def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories,
-                       dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """(L, B) log pi_B(s_t | s_{t+1}) of every move (0 at the stop step and at padding)."""
+def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories, dtype: torch.dtype = torch.float32,
+                       return_logits: bool = False):
+    """(L, B) log pi_B(s_t | s_{t+1}) of every move (0 at the stop step and at padding). ``return_logits``: also return
+    the masked logits of pi_B at the evaluated states (one row per move, time-major; ``last_move_rows`` finds x's)."""
     if traj.backward:
         moves = traj.valid
         children = traj.states[:-1][moves]
@@ -204,9 +224,11 @@ def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories,
     acts = traj.actions[moves]
     out = torch.zeros(moves.shape, dtype=dtype, device=moves.device)
     if not moves.any():
-        return out
-    lp = policy_log_probs(env, pb, children, backward=True, dtype=dtype)
-    return out.masked_scatter(moves, lp.gather(1, acts[:, None])[:, 0].to(dtype))
+        return (out, None) if return_logits else out
+    logits = policy_logits(env, pb, children, backward=True, dtype=dtype)
+    lp = logits.log_softmax(-1)  # = policy_log_probs(env, pb, children, backward=True, dtype=dtype)
+    out = out.masked_scatter(moves, lp.gather(1, acts[:, None])[:, 0].to(dtype))
+    return (out, logits) if return_logits else out
 
 
 def state_values(env: GFNEnv, net: nn.Module, traj: Trajectories) -> torch.Tensor:
