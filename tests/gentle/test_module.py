@@ -76,6 +76,43 @@ def test_without_ot_the_potential_never_moves_and_training_fits_the_kde():
     assert "ablation-no-ot" in model.card_metadata()["tags"]
 
 
+def test_debias_changes_only_the_generators_gradient():
+    """debias=True subtracts the self terms ½ W_ε(α_i, α_i) + ½ W_ε(β_j, β_j), which depend on θ only: the
+    potential's gradient stays the paper's, the generator's changes, and the value is the Sinkhorn-divergence form."""
+    from zoo.gentle.entropic import self_transport, semi_dual
+
+    L.seed_everything(5, verbose=False)
+    model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=10)
+    dm = tiny_data()
+    dm.setup("fit")
+    model.build_tables(*dm.train_groups())
+    x_i, x_j = model.train_x, model.train_x[model.neighbour]
+
+    def term(debias, through_generator):
+        model.hparams.debias = debias
+        model.zero_grad()
+        torch.manual_seed(0)
+        a = model.T(torch.rand(12, 16), x_i)
+        value = model.ot_term(a if through_generator else a.detach(), x_j, through_generator=through_generator)
+        value.backward()
+        players = model.mapping if through_generator else model.potential
+        return value.detach(), torch.cat([p.grad.flatten() for p in players.parameters()])
+
+    r_paper, g_v_paper = term(False, False)
+    r_debiased, g_v_debiased = term(True, False)
+    torch.testing.assert_close(g_v_debiased, g_v_paper)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        a = model.T(torch.rand(12, 16), x_i)
+        b = model.T(torch.rand(12, 16), x_j)
+        expected = semi_dual(a, b, model.v(b, x_j)) + 1.0 - 0.5 * (self_transport(a) + self_transport(b))
+    torch.testing.assert_close(r_paper, semi_dual(a, b, model.v(b, x_j)).mean())
+    torch.testing.assert_close(r_debiased, expected.mean())
+    assert not torch.allclose(term(True, True)[1], term(False, True)[1])
+    model.hparams.debias = True  # and a Lightning training step runs with it
+    trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0).fit(model, datamodule=dm)
+
+
 def test_evaluation_logs_wd_and_ks_and_samples_are_destandardised():
     L.seed_everything(2, verbose=False)
     dm = tiny_data()
@@ -169,6 +206,8 @@ def test_one_line_errors():
         GENTLEModule(beta=1.5)
     with pytest.raises(ZooError, match="epsilon=0.0"):
         GENTLEModule(epsilon=0.0)
+    with pytest.raises(ZooError, match="debias='yes': use true or false"):
+        GENTLEModule(debias="yes")
     with pytest.raises(ZooError, match="critic_steps=1"):
         CWGANModule(critic_steps=1)
     with pytest.raises(ZooError, match="model x_dim=2 but the toy1 data have 3"):

@@ -5,7 +5,7 @@ j(i)), `entropic` (the semi-dual OT term R_i), `gda` (smoothed gradient descent-
 `simulators` (toy1, toy2, ECM), `baselines` (CWGAN networks), `module` (Lightning: GENTLE and baselines).
 """
 
-from zoo.gentle.entropic import c_transform, ground_cost, semi_dual
+from zoo.gentle.entropic import c_transform, debiased_semi_dual, ground_cost, self_transport, semi_dual
 from zoo.gentle.gda import make_anchors, proximal_penalty, smoothed_gda_step, update_anchors
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
@@ -21,6 +21,7 @@ __all__ = [
     "PooledMarginalModule",
     "c_transform",
     "conditional_scores",
+    "debiased_semi_dual",
     "ground_cost",
     "interpolate_cdf",
     "kde_cdf_table",
@@ -28,6 +29,7 @@ __all__ = [
     "mst_edges",
     "mst_neighbours",
     "proximal_penalty",
+    "self_transport",
     "semi_dual",
     "smoothed_gda_step",
     "update_anchors",

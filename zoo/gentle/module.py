@@ -20,7 +20,7 @@ import torch
 
 from zoo.errors import ZooError
 from zoo.gentle.baselines import CWGANCritic, CWGANGenerator, gradient_penalty
-from zoo.gentle.entropic import semi_dual
+from zoo.gentle.entropic import debiased_semi_dual, semi_dual
 from zoo.gentle.gda import make_anchors, smoothed_gda_step
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
@@ -118,7 +118,11 @@ class GENTLEModule(ConditionalGeneratorModule):
     Args:
         x_dim: number of covariates (cps 9, ecm 5, toy1 3, toy2 2).
         lambda_ot: λ, weight of the OT term (official ``ld`` 0.3; 0 = the ablation without OT).
-        epsilon: ε, entropic regularisation (1.0).
+        epsilon: ε, entropic regularisation (1.0), in standardised y units (the official code z-scores y; its
+            grid_search.py has ε as an axis with the one value 1.0, for every dataset).
+        debias: ours, not the paper's (default False = the paper's term): subtract ½ W_ε(α_i, α_i) + ½ W_ε(β_j, β_j)
+            from R_i + ε, the Sinkhorn divergence, which is 0 for identical neighbours instead of rewarding narrow
+            conditionals (`zoo.gentle.entropic.debiased_semi_dual`; the self terms are solved exactly on the samples).
         bandwidth: KDE ``bw_method`` factor for F̂_i (0.3).
         r1, r2: proximal weights of the generator and the potential (3.0, 2.0).
         beta, mu: anchor rates of the generator and the potential (0.5, 0.7).
@@ -134,6 +138,7 @@ class GENTLEModule(ConditionalGeneratorModule):
         x_dim: int = 3,
         lambda_ot: float = 0.3,
         epsilon: float = 1.0,
+        debias: bool = False,
         bandwidth: float = 0.3,
         r1: float = 3.0,
         r2: float = 2.0,
@@ -155,6 +160,8 @@ class GENTLEModule(ConditionalGeneratorModule):
         for name, ok in checks.items():
             if not ok:
                 raise ZooError(f"GENTLE {name}={getattr(self.hparams, name)} is not allowed: it must be {allowed[name]}")
+        if not isinstance(debias, bool):
+            raise ZooError(f"GENTLE debias={debias!r}: use true or false")
         if cost not in ("sqeuclidean", "euclidean"):
             raise ZooError(f"GENTLE cost={cost!r}: use 'sqeuclidean' or 'euclidean'")
         self.automatic_optimization = False
@@ -201,11 +208,14 @@ class GENTLEModule(ConditionalGeneratorModule):
     def ot_term(self, a: torch.Tensor, x_j: torch.Tensor, through_generator: bool = True) -> torch.Tensor:
         """R = mean_i R_i for generated a = T(u, x_i) (n_cov, B) against fresh draws b = T(u', x_j) at the
         neighbours. In the generator step the gradient reaches θ through a, b and v's input b; in the potential
-        step (``through_generator=False``) the draws are constants and only v_φ is differentiated."""
+        step (``through_generator=False``) the draws are constants and only v_φ is differentiated. With ``debias``
+        the self terms of the Sinkhorn divergence are subtracted; they depend on θ only, so the potential's gradient
+        is the same either way."""
         with torch.set_grad_enabled(through_generator and torch.is_grad_enabled()):
             b = self.T(torch.rand_like(a), x_j)
         hp = self.hparams
-        return semi_dual(a, b, self.v(b, x_j), hp.epsilon, hp.cost).mean()
+        term = debiased_semi_dual if hp.debias else semi_dual
+        return term(a, b, self.v(b, x_j), hp.epsilon, hp.cost).mean()
 
     # --------------------------------------------------------------------------------------- smoothed GDA
     def configure_optimizers(self):
