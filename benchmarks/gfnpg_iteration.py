@@ -5,6 +5,7 @@ and our RL-U and RL-B vs our TB, in one process.
     python benchmarks/gfnpg_iteration.py --stop-bias -6 --no-peer  # long trajectories, as late in training
     python benchmarks/gfnpg_iteration.py --quick     # H = 16, batch 16, MLP 2x32: a few seconds
     python benchmarks/gfnpg_iteration.py --profile 20 --no-memory  # + where the time goes, per network and per op
+    python benchmarks/gfnpg_iteration.py --ablations  # the alternatives (stacked networks, Adam kernels, ...)
 
 An iteration is what the official train.py does per step: sample the batch on-policy, evaluate the loss, one
 optimiser step (RL: the critic, actor and log Z updates; RL-B also samples backward trajectories and updates pi_B
@@ -156,9 +157,13 @@ def rss_peak_mib(reset, step) -> float:
 def profile_tables(methods: dict, reps: int, top: int) -> None:
     """Where an iteration's time goes: `reps` iterations of each of our methods (restored and seeded as in the timing
     rounds) under torch.profiler. The first table splits the iteration by the module's `gfnpg/...` spans (one per
-    network pass, autograd backward and Adam step); the second lists the ops with the most self time. The profiler
-    times by the wall clock, with its own per-op overhead, so its milliseconds are larger than the timing table's
-    CPU times; the shares are what it is for."""
+    network pass, autograd backward and Adam step): the median over the iterations of each span's time, and its
+    share of the median iteration; the second lists the ops with the most self time (mean per iteration). The
+    profiler times by the wall clock, with its own per-op overhead, so its milliseconds are larger than the timing
+    table's CPU times, and on a shared machine a descheduled moment lands in whichever span is running (hence the
+    medians); the shares are what it is for."""
+    import bisect
+
     from torch.profiler import ProfilerActivity, profile, record_function
 
     spans: dict[str, dict[str, float]] = {}
@@ -171,29 +176,128 @@ def profile_tables(methods: dict, reps: int, top: int) -> None:
                 torch.manual_seed(1000 + r)
                 with record_function("iteration"):
                     step()
-        events = prof.key_averages()
-        totals[name] = sum(e.cpu_time_total for e in events if e.key == "iteration") / reps / 1e3
-        spans[name] = {e.key: e.cpu_time_total / reps / 1e3 for e in events if e.key.startswith("gfnpg/")}
-        ops[name] = sorted(((e.key, e.self_cpu_time_total / reps / 1e3, e.count / reps) for e in events
+        events = prof.events()
+        its = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == "iteration")
+        starts = [a for a, _ in its]
+        per_it: dict[str, list[float]] = {}
+        for e in events:
+            if e.name.startswith("gfnpg/"):
+                i = bisect.bisect_right(starts, e.time_range.start) - 1
+                per_it.setdefault(e.name, [0.0] * len(its))[i] += e.time_range.elapsed_us() / 1e3
+        totals[name] = statistics.median((b - a) / 1e3 for a, b in its)
+        spans[name] = {k: statistics.median(v) for k, v in per_it.items()}
+        ops[name] = sorted(((e.key, e.self_cpu_time_total / reps / 1e3, e.count / reps) for e in prof.key_averages()
                             if e.key != "iteration" and not e.key.startswith("gfnpg/")), key=lambda o: -o[1])
     names = list(methods)
     order = sorted({k for v in spans.values() for k in v}, key=lambda k: -max(v.get(k, 0.0) for v in spans.values()))
-    print(f"\nprofiler, {reps} iterations each: profiled ms per iteration (share of the iteration)\n")
+    print(f"\nprofiler, {reps} iterations each: median profiled ms per iteration (share of the median iteration)\n")
     print("| span | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
     for k in order:
         cells = [f"{spans[n][k]:.2f} ({100 * spans[n][k] / totals[n]:.0f}%)" if k in spans[n] else "-" for n in names]
         print(f"| {k} | " + " | ".join(cells) + " |")
     rest = [totals[n] - sum(spans[n].values()) for n in names]
-    print("| (outside the spans: costs, GAE, losses, metrics) | " +
+    print("| (the rest: costs, GAE, losses, metrics) | " +
           " | ".join(f"{r:.2f} ({100 * r / totals[n]:.0f}%)" for r, n in zip(rest, names)) + " |")
     print("| **iteration** | " + " | ".join(f"{totals[n]:.2f}" for n in names) + " |")
     for n in names:
-        print(f"\n{n}: the {top} ops with the most self time (ms per iteration, calls per iteration)\n")
+        print(f"\n{n}: the {top} ops with the most self time (mean ms per iteration, calls per iteration)\n")
         print("| op | self ms | share | calls |\n|---|---|---|---|")
         for key, ms, calls in ops[n][:top]:
             print(f"| {key} | {ms:.2f} | {100 * ms / totals[n]:.0f}% | {calls:.0f} |")
         print(f"| (all ops: {sum(c for _, _, c in ops[n]):.0f} calls) | {sum(m for _, m, _ in ops[n]):.2f} | | |")
+
+
+def _median_ms(fns: dict, reps: int) -> dict[str, float]:
+    """Median process CPU time of each fn() over `reps` interleaved rounds (after one untimed round); fn(r) gets the
+    round, to seed by."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(reps + 1):
+        for k, f in fns.items():
+            t = time.process_time()
+            f(r)
+            if r:
+                times[k].append(time.process_time() - t)
+    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
+
+
+def ablations(env, args) -> None:
+    """The alternatives to how an RL-B iteration is computed, each timed against what the module does (CPU ms,
+    median of --reps interleaved rounds):
+    1. two networks of pi's shape (MLP 4x256) over the same states (a batch's forward parents), forward + backward:
+       two calls (used) vs one vmap over their stacked parameters (torch.func.stack_module_state + functional_call,
+       a batched matmul per layer); both on the dense K-hot features, so that only the stacking differs;
+    2. Adam over RL-B's five parameter groups (pi_F, V, log Z, pi_B, V_B), one step: fused (used) vs foreach vs the
+       per-tensor loop;
+    3. pi_B's backward trajectories and the gradient of their log-probabilities: the no-grad sampler, then one
+       batched pass with gradients (used), vs a sampler that keeps each step's graph (the pass is not repeated)."""
+    from torch.func import functional_call, stack_module_state
+
+    from zoo.gfnpg.sampling import (backward_log_probs, policy_logits, sample_actions, sample_backward,
+                                    sample_forward)
+
+    torch.manual_seed(0)
+    mk = lambda out, layers: mlp(env.feature_dim, out, args.hidden, layers)  # noqa: E731
+    pf, pb, value, value_b = mk(env.n_actions, args.layers), mk(env.n_actions - 1, args.layers), mk(1, 2), mk(1, 2)
+    traj = sample_forward(env, pf, args.batch)
+    parents = traj.states[:-1][traj.valid]
+    feats = env.features(parents)
+    twin = mlp(env.feature_dim, env.n_actions, args.hidden, args.layers)
+    params, buffers = stack_module_state([pf, twin])
+    shell = copy.deepcopy(pf).to("meta")
+    stacked = torch.vmap(lambda p, b, x: functional_call(shell, (p, b), (x,)), in_dims=(0, 0, None))
+
+    def two_calls(r):
+        (pf(feats).sum() + twin(feats).sum()).backward()
+
+    def one_vmap(r):
+        stacked(params, buffers, feats).sum().backward()
+
+    res = _median_ms({"two calls (used)": two_calls, "one vmap over stacked parameters": one_vmap}, args.reps)
+    print(f"\nablations, {args.reps} rounds, CPU ms (median)\n\n| alternative | CPU ms |\n|---|---|")
+    print(f"| **1. two MLPs {args.layers}x{args.hidden}, {len(parents)} states, forward + backward** | |")
+    for k, v in res.items():
+        print(f"| {k} | {v:.2f} |")
+
+    log_z = torch.nn.Parameter(torch.zeros(()))
+    nets = [pf, value, pb, value_b]
+    for p in [log_z] + [p for n in nets for p in n.parameters()]:
+        p.grad = torch.randn_like(p)
+    groups = lambda: [{"params": list(n.parameters())} for n in nets] + [{"params": [log_z], "lr": 0.1}]  # noqa: E731
+    adams = {"fused (used)": torch.optim.Adam(groups(), lr=1e-3, fused=True),
+             "foreach": torch.optim.Adam(groups(), lr=1e-3, foreach=True),
+             "per-tensor loop": torch.optim.Adam(groups(), lr=1e-3, foreach=False)}
+    n_params = sum(p.numel() for n in nets for p in n.parameters()) + 1
+    res = _median_ms({k: (lambda r, o=o: o.step()) for k, o in adams.items()}, args.reps)
+    print(f"| **2. one Adam step, {n_params:,} parameters in 5 groups** | |")
+    for k, v in res.items():
+        print(f"| {k} | {v:.2f} |")
+
+    x = traj.terminal_states
+
+    def batched(r):
+        torch.manual_seed(r)
+        pb.zero_grad(set_to_none=True)
+        backward_log_probs(env, pb, sample_backward(env, pb, x)).sum().backward()
+
+    def keep_graph(r):
+        torch.manual_seed(r)
+        pb.zero_grad(set_to_none=True)
+        lengths = env.level(x)
+        s, picked = x[torch.argsort(lengths, descending=True, stable=True)], []
+        for m in (lengths[None, :] > torch.arange(int(lengths.max()))[:, None]).sum(1).tolist():
+            s = s[:m]
+            logits = policy_logits(env, pb, s, backward=True)
+            a = sample_actions(logits.detach())
+            picked.append(logits.log_softmax(-1).gather(1, a[:, None]))
+            s = env.backward_step(s, a)
+        torch.cat(picked).sum().backward()
+
+    res = _median_ms({"no-grad sampler + one batched pass with grad (used)": batched,
+                      "sampler keeps its per-step graph": keep_graph}, args.reps)
+    print(f"| **3. pi_B: backward trajectories from {len(x)} x and their gradient** | |")
+    for k, v in res.items():
+        print(f"| {k} | {v:.2f} |")
 
 
 def main() -> None:
@@ -215,6 +319,8 @@ def main() -> None:
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after the tables, profile N iterations of each of our methods (per span and per op)")
     p.add_argument("--no-memory", action="store_true", help="skip the memory table")
+    p.add_argument("--ablations", action="store_true",
+                   help="only time the alternatives (stacked networks, Adam kernels, a sampler keeping its graph)")
     args = p.parse_args()
     if args.quick:
         args.height, args.batch, args.hidden, args.layers, args.reps, args.warmup = 16, 16, 32, 2, 5, 1
@@ -222,6 +328,9 @@ def main() -> None:
     device = torch.device(args.device)
     torch.manual_seed(0)
     env = Hypergrid(args.height, args.ndim, args.R0)
+    if args.ablations:
+        ablations(env, args)
+        return
     pf_init = mlp(env.feature_dim, env.n_actions, args.hidden, args.layers)
     with torch.no_grad():
         pf_init[-1].bias[-1] += args.stop_bias
