@@ -1,6 +1,7 @@
 """Overhead of `ByzantineIdentification` on a DDP training step: 2 gloo CPU processes (forked), each a machine with
 its shard of scikit-learn digits, `FeatureClassifier` MLPs of growing width, the same run with and without the
-callback (every 10 steps; the geometric-median and the spectral-filter centre, logging or excluding flagged ranks).
+callback (every 10 steps; the geometric-median and the spectral-filter centre, logging or excluding flagged ranks;
+g2 from the step's own gradient (one extra half-batch pass per check, the default where exact) or by two passes).
 
 Step time = rank 0's time from ``on_train_batch_start`` (a timing callback placed before the identification) to
 ``on_train_batch_end``, so a check's extra forward/backward passes, gathers and ByMI are inside the step that pays
@@ -92,6 +93,7 @@ def main() -> None:
     variants = {
         "plain DDP": None,
         "geom, log": dict(common, estimator="geom"),
+        "geom, log, two passes": dict(common, estimator="geom", reuse_step_gradient=False),
         "geom, exclude": dict(common, estimator="geom", action="exclude"),
         "filter, log": dict(common, estimator="filter", sigma0_samples=64, projection_dim=256),
     }

@@ -8,12 +8,13 @@ optimizer steps:
    restricted to ``parameters`` (name globs) and/or compressed by a seeded random projection that every rank draws
    identically. Two ways, the same numbers:
    * **one pass** (``reuse_step_gradient=True``, where it is exact, see below): the training step's own backward
-     already computes this rank's local full-batch gradient g before DDP averages it. On a check step the
-     callback's DDP communication hook keeps the local gradient (no all-reduce), one extra half-batch
-     ``torch.autograd.grad`` gives g1, and for a loss that is the mean over the batch's B = n1 + n2 samples
-     ``g2 = (B·g − n1·g1)/n2`` exactly. After the identification (in ``on_after_backward``, still before the
-     optimizer step and gradient clipping) the callback averages the kept local gradients itself, over all
-     ranks or, with ``exclude``, over the unflagged ones. Cost: one half-batch forward/backward per check.
+     computes this rank's local full-batch gradient g. On a check step the callback runs that step under DDP's
+     ``no_sync()`` (entered in ``on_train_batch_start``, left in ``on_after_backward``), so ``.grad`` keeps the
+     local g; one extra half-batch ``torch.autograd.grad`` gives g1, and for a loss that is the mean over the
+     batch's B = n1 + n2 samples ``g2 = (B·g − n1·g1)/n2`` exactly. After the identification (in
+     ``on_after_backward``, still before the optimizer step and gradient clipping) the callback all-reduces the
+     local gradients itself: the mean over all ranks or, with ``exclude``, over the unflagged ones. Cost: one
+     half-batch forward/backward per check, and nothing on the other steps (DDP's own all-reduce runs there).
    * **two passes** (otherwise): ``torch.autograd.grad`` on each half, on the unwrapped module at the start of the
      step (DDP's reducer never sees these backward passes). Cost: about one full forward/backward per check.
    The identity needs the check's gradient to be the gradient of exactly this batch's mean loss, so the one-pass
@@ -26,8 +27,10 @@ optimizer steps:
 2. ``trainer.strategy.all_gather`` collects (g1, g2) with each rank's half size in one tensor; the trusted rank
    also sends Σ₀, the covariance of its per-sample gradients (needed by the spectral filter), by broadcast;
 3. every rank runs the same `zoo.bymi.bymi` (same inputs, same result): W per worker rank, the knockoff+ threshold
-   and the flagged ranks. They are logged (``byzantine/W/rank<r>``, ``byzantine/threshold``,
-   ``byzantine/n_flagged``) and written to ``<run dir>/byzantine/step_<N>.csv`` (rank 0).
+   and the flagged ranks. Rank 0 sends them straight to the trainer's loggers (``byzantine/W/rank<r>``,
+   ``byzantine/threshold``, ``byzantine/n_flagged`` at the global step; ``LightningModule.log``'s result
+   collection was the largest single item of a check's CPU profile) and writes
+   ``<run dir>/byzantine/step_<N>.csv``.
 4. With ``action="exclude"`` the DDP communication hook averages the gradient over the unflagged ranks only (a
    flagged rank's bucket is weighted 0, the others 1/#unflagged) from that step until the next check.
 
@@ -291,7 +294,7 @@ class ByzantineIdentification(Callback):
         self._matrix: Optional[torch.Tensor] = None  # the cached projection (see _project)
         self.one_pass = False  # decided at fit start (see `one_pass_blocker`)
         self._verified = False  # the first one-pass check also computes g2 directly
-        self._deferred = False  # read by the comm hook: keep this step's local gradient
+        self._sync_off: Any = None  # DDP's no_sync() context, entered for a one-pass check step
         self._pending: Optional[tuple[Any, int]] = None  # (batch, step) of a one-pass check awaiting backward
 
     # -------------------------------------------------------------------------------------- set-up checks
@@ -307,7 +310,7 @@ class ByzantineIdentification(Callback):
         """Why g2 cannot be derived from the step's gradient in this run (None: it can)."""
         if not self.reuse_step_gradient:
             return "reuse_step_gradient=False"
-        if not hasattr(trainer.strategy.model, "register_comm_hook"):
+        if not hasattr(trainer.strategy.model, "no_sync"):
             return "not a DDP strategy"
         if not pl_module.automatic_optimization:
             return "manual optimization"
@@ -348,17 +351,12 @@ class ByzantineIdentification(Callback):
         digest = torch.tensor([int(hashlib.sha1(signature.encode()).hexdigest()[:15], 16)], device=pl_module.device)
         check_same_selection(trainer.strategy.all_gather(digest).reshape(-1), self._names)
         self._weight = 1.0 / world
-        blocker = self.one_pass_blocker(trainer, pl_module)
-        if blocker is None or self.action == "exclude":
+        if self.action == "exclude":
             model = trainer.strategy.model
             if not hasattr(model, "register_comm_hook"):
                 raise ZooError("action='exclude' needs a DDP strategy (strategy: ddp)")
-            try:
-                model.register_comm_hook(self, _comm_hook)
-            except RuntimeError as e:  # DDP takes one hook (e.g. the strategy's ddp_comm_hook already holds it)
-                if self.action == "exclude":
-                    raise ZooError(f"action='exclude' needs its own DDP communication hook, and DDP refused it: {e}")
-                blocker = f"DDP refused the communication hook ({e})"
+            model.register_comm_hook(self, _masked_mean_hook)
+        blocker = self.one_pass_blocker(trainer, pl_module)
         self.one_pass = blocker is None
         rank_zero_info("ByzantineIdentification: split-half gradients by "
                        + ("one extra half-batch pass per check (g2 from the step's local gradient)" if self.one_pass
@@ -460,8 +458,10 @@ class ByzantineIdentification(Callback):
         if step % self.every_n_steps or step == self._last_step:
             return
         self._last_step = step
-        if self.one_pass:  # finished in on_after_backward, from this step's own gradient
-            self._pending, self._deferred = (batch, step), True
+        if self.one_pass:  # finished in on_after_backward, from this step's own local gradient
+            self._pending = (batch, step)
+            self._sync_off = trainer.strategy.model.no_sync()
+            self._sync_off.__enter__()  # DDP decides at forward time whether the backward all-reduces
             return
         g1, g2, n_half, _ = self.split_gradients(pl_module, batch, self.split_generator(step, trainer.global_rank))
         self._identify(trainer, pl_module, batch, g1, g2, n_half, False, step, from_step=False)
@@ -469,7 +469,8 @@ class ByzantineIdentification(Callback):
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._pending is None:
             return
-        (batch, step), self._pending, self._deferred = self._pending, None, False
+        (batch, step), self._pending = self._pending, None
+        self._restore_sync()
         verify = not self._verified
         g1, g2, n_half, mismatch = self.split_gradients_from_step(
             pl_module, batch, self.split_generator(step, trainer.global_rank), verify=verify)
@@ -477,11 +478,17 @@ class ByzantineIdentification(Callback):
         self._average_kept_gradient(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self._pending is not None:  # training_step returned None: no backward, nothing was kept
-            self._pending, self._deferred = None, False
+        if self._pending is not None:  # training_step returned None: no backward, nothing to identify
+            self._pending = None
+            self._restore_sync()
+
+    def _restore_sync(self) -> None:
+        if self._sync_off is not None:
+            self._sync_off.__exit__(None, None, None)
+            self._sync_off = None
 
     def _average_kept_gradient(self, pl_module: L.LightningModule) -> None:
-        """The all-reduce that the hook skipped on this check step: Σ_r weight_r · g_r over every trainable
+        """The all-reduce that ``no_sync`` skipped on this check step: Σ_r weight_r · g_r over every trainable
         parameter (the mean, or the unflagged ranks' mean), written back into ``.grad`` before the optimizer."""
         grads = [p.grad for p in pl_module.parameters() if p.requires_grad and p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads]).mul_(self._weight)
@@ -508,10 +515,12 @@ class ByzantineIdentification(Callback):
                 self.one_pass = False
         G1, G2 = gathered[:, 0, :-2], gathered[:, 1, :-2]
         sigma0 = None
-        if self.estimator == "filter":
-            if rank == self.trusted_rank:
-                sigma0 = covariance(self.per_sample_gradients(pl_module, batch).cpu())
-            sigma0 = trainer.strategy.broadcast(sigma0, src=self.trusted_rank)
+        if self.estimator == "filter":  # a tensor broadcast of the known (d, d) shape, not a pickled object
+            d = G1.shape[1]
+            sigma0 = (covariance(self.per_sample_gradients(pl_module, batch).cpu()) if rank == self.trusted_rank
+                      else torch.empty(d, d, dtype=torch.float64)).to(g1.device)
+            dist.broadcast(sigma0, src=self.trusted_rank)
+            sigma0 = sigma0.cpu()
         for cb in trainer.callbacks:
             if isinstance(cb, ByzantineAttack):
                 G1, G2 = cb.corrupt_reports(G1, G2, 2 * n_half, self.trusted_rank, step)
@@ -526,12 +535,11 @@ class ByzantineIdentification(Callback):
         record = {"step": step, "threshold": float(result.threshold), "flagged": list(self.flagged),
                   "W": dict(zip(workers, result.W.tolist())), "split": split}
         self.history.append(record)
-        for r, w in record["W"].items():
-            pl_module.log(f"byzantine/W/rank{r}", w, on_step=True, on_epoch=False, rank_zero_only=True)
-        pl_module.log("byzantine/threshold", record["threshold"], on_step=True, on_epoch=False, rank_zero_only=True)
-        pl_module.log("byzantine/n_flagged", float(len(self.flagged)), on_step=True, on_epoch=False,
-                      rank_zero_only=True)
         if trainer.is_global_zero:
+            metrics = {f"byzantine/W/rank{r}": w for r, w in record["W"].items()}
+            metrics.update({"byzantine/threshold": record["threshold"], "byzantine/n_flagged": len(self.flagged)})
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step)
             self._write(trainer, record, G1, G2, result.W)
 
     def _write(self, trainer: L.Trainer, record: dict, G1: torch.Tensor, G2: torch.Tensor, W: torch.Tensor) -> None:
@@ -560,18 +568,13 @@ def _batch_len(batch: Any) -> int:
     return len(next(iter(batch.values() if isinstance(batch, dict) else batch)))
 
 
-def _comm_hook(state, bucket):
-    """DDP communication hook. On a one-pass check step: keep this rank's local gradient (the callback averages it
-    after the identification). Otherwise: all-reduce the sum of ``weight_r · bucket_r``, weight 1/world (DDP's own
-    mean) or, after ``exclude`` flagged ranks, 0 for a flagged rank and 1/#kept for the others.
+def _masked_mean_hook(state, bucket):
+    """DDP communication hook of ``exclude``: all-reduce the sum of ``weight_r · bucket_r`` (weight 0 for a flagged
+    rank, 1/#kept otherwise), i.e. the mean gradient of the unflagged ranks (1/world each while nothing is flagged).
 
     (No annotations: DDP checks that ``bucket`` is annotated as ``dist.GradBucket`` or not at all, and this module's
     postponed annotations would be strings.)"""
     buffer = bucket.buffer()
-    if state._deferred:
-        kept = torch.futures.Future()
-        kept.set_result(buffer)
-        return kept
     buffer.mul_(state._weight)
     fut = dist.all_reduce(buffer, async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])

@@ -47,11 +47,24 @@ def r_median(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 def mad(x: torch.Tensor, dim: int = -2) -> torch.Tensor:
     """R's ``mad(x)``: 1.4826 · median(|x − median(x)|) along ``dim`` (default: over machines)."""
-    if is_small(x):  # np.median also averages the middle pair of an even count, as R does
-        a = x.numpy()
-        return torch.from_numpy(MAD_CONSTANT * np.median(np.abs(a - np.median(a, axis=dim, keepdims=True)), axis=dim))
+    if is_small(x):
+        return torch.from_numpy(mad_np(x.numpy(), dim))
     centre = r_median(x, dim).unsqueeze(dim)
     return MAD_CONSTANT * r_median((x - centre).abs(), dim)
+
+
+def r_median_np(a: np.ndarray, axis: int) -> np.ndarray:
+    """`r_median` in numpy, by a sort (cheaper than np.median's partition machinery at these sizes)."""
+    n = a.shape[axis]
+    s = np.sort(a, axis=axis)
+    if n % 2:
+        return s.take(n // 2, axis=axis)
+    return (s.take(n // 2 - 1, axis=axis) + s.take(n // 2, axis=axis)) / 2
+
+
+def mad_np(a: np.ndarray, axis: int = -2) -> np.ndarray:
+    centre = np.expand_dims(r_median_np(a, axis), axis)
+    return MAD_CONSTANT * r_median_np(np.abs(a - centre), axis)
 
 
 def _top_eigvec_by_magnitude(cov: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,9 +131,10 @@ def _filtering_mean_np(X: np.ndarray, eps: float, sigma0: np.ndarray, rounds: in
         ratio = tau / max(tau.max(), np.finfo(X.dtype).tiny)
         w = w * (1 + (-1.0 if vals[j] >= 0 else 1.0) * ratio)
         w = w * (w >= ZERO_WEIGHT)
-        w = w / w.sum()
+        with np.errstate(invalid="ignore"):  # every weight removed (e.g. two rows): NaN, silently, as in torch
+            w = w / w.sum()
         mu = w @ X
-        if (w / (w.max() * m)).sum() <= 1 - eps:
+        if not (w / (w.max() * m)).sum() > 1 - eps:  # as the torch loop: NaN weights stop it too
             break
     return mu, w
 
@@ -156,19 +170,21 @@ def geometric_median(X: torch.Tensor, tol: float = 1e-10, max_iter: int = 10000)
 
 
 def _geometric_median_np(X: torch.Tensor, tol: float, max_iter: int) -> torch.Tensor:
-    """`geometric_median` of one problem in numpy: the plain Weiszfeld step, with the (rare) step at a data point
-    taken by the torch `_vardi_zhang_step` on the same memory."""
+    """`geometric_median` of one problem in numpy: the plain Weiszfeld step (in place on two work arrays), with the
+    (rare) step at a data point taken by the torch `_vardi_zhang_step` on the same memory."""
     A = X.numpy()
     y = A.mean(axis=0)
+    diff, dist = np.empty_like(A), np.empty(A.shape[0], dtype=A.dtype)
     for _ in range(max_iter):
-        diff = A - y
-        dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        np.subtract(A, y, out=diff)
+        np.sqrt(np.einsum("ij,ij->i", diff, diff, out=dist), out=dist)
         if dist.min() < TIE_RADIUS:
             new_y = _vardi_zhang_step(X, torch.from_numpy(y), torch.from_numpy(diff), torch.from_numpy(dist)).numpy()
         else:
-            inv = 1.0 / dist
-            new_y = inv @ A / inv.sum()
-        step = new_y - y
+            inv = np.divide(1.0, dist, out=dist)
+            new_y = inv @ A
+            new_y /= inv.sum()
+        step = y - new_y
         y = new_y
         if math.sqrt(step @ step) < tol:
             break
