@@ -154,43 +154,10 @@ def rss_peak_mib(reset, step) -> float:
     return in_forked_child(_rss_child, reset, step, timeout=1800)
 
 
-def profile_tables(methods: dict, reps: int, top: int) -> None:
-    """Where an iteration's time goes: `reps` iterations of each of our methods (restored and seeded as in the timing
-    rounds) under torch.profiler. The first table splits the iteration by the module's `gfnpg/...` spans (one per
-    network pass, autograd backward and Adam step): the median over the iterations of each span's time, and its
-    share of the median iteration; the second lists the ops with the most self time (mean per iteration). The
-    profiler times by the wall clock, with its own per-op overhead, so its milliseconds are larger than the timing
-    table's CPU times, and on a shared machine a descheduled moment lands in whichever span is running (hence the
-    medians); the shares are what it is for."""
-    import bisect
-
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    spans: dict[str, dict[str, float]] = {}
-    ops: dict[str, list] = {}
-    totals: dict[str, float] = {}
-    for name, (reset, step, _) in methods.items():
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for r in range(reps):
-                reset()
-                torch.manual_seed(1000 + r)
-                with record_function("iteration"):
-                    step()
-        events = prof.events()
-        its = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == "iteration")
-        starts = [a for a, _ in its]
-        per_it: dict[str, list[float]] = {}
-        for e in events:
-            if e.name.startswith("gfnpg/"):
-                i = bisect.bisect_right(starts, e.time_range.start) - 1
-                per_it.setdefault(e.name, [0.0] * len(its))[i] += e.time_range.elapsed_us() / 1e3
-        totals[name] = statistics.median((b - a) / 1e3 for a, b in its)
-        spans[name] = {k: statistics.median(v) for k, v in per_it.items()}
-        ops[name] = sorted(((e.key, e.self_cpu_time_total / reps / 1e3, e.count / reps) for e in prof.key_averages()
-                            if e.key != "iteration" and not e.key.startswith("gfnpg/")), key=lambda o: -o[1])
-    names = list(methods)
+def _span_table(title: str, spans: dict, totals: dict) -> None:
+    names = list(spans)
     order = sorted({k for v in spans.values() for k in v}, key=lambda k: -max(v.get(k, 0.0) for v in spans.values()))
-    print(f"\nprofiler, {reps} iterations each: median profiled ms per iteration (share of the median iteration)\n")
+    print(f"\n{title}\n")
     print("| span | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
     for k in order:
@@ -200,12 +167,74 @@ def profile_tables(methods: dict, reps: int, top: int) -> None:
     print("| (the rest: costs, GAE, losses, metrics) | " +
           " | ".join(f"{r:.2f} ({100 * r / totals[n]:.0f}%)" for r, n in zip(rest, names)) + " |")
     print("| **iteration** | " + " | ".join(f"{totals[n]:.2f}" for n in names) + " |")
-    for n in names:
-        print(f"\n{n}: the {top} ops with the most self time (mean ms per iteration, calls per iteration)\n")
+
+
+def cpu_spans(methods: dict, reps: int) -> None:
+    """Per network: the process CPU time of each of the module's `gfnpg/...` spans (one per network pass, autograd
+    backward and Adam step), median over `reps` iterations of each method (restored and seeded as in the timing
+    rounds; the methods interleaved per round). The module's record_function is swapped for a CPU-time span for
+    this call only: CPU time does not count the moments the process is descheduled, as the profiler's wall clock
+    does on a shared machine."""
+    import contextlib
+
+    import zoo.gfnpg.module as gfnpg_module
+
+    current: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def cpu_span(name):
+        t = time.process_time()
+        try:
+            yield
+        finally:
+            current[name] = current.get(name, 0.0) + time.process_time() - t
+
+    per: dict[str, dict[str, list[float]]] = {n: {} for n in methods}
+    totals: dict[str, list[float]] = {n: [] for n in methods}
+    original = gfnpg_module.record_function
+    gfnpg_module.record_function = cpu_span
+    try:
+        for r in range(reps + 1):
+            for name, (reset, step, _) in methods.items():
+                reset()
+                torch.manual_seed(1000 + r)
+                current.clear()
+                t = time.process_time()
+                step()
+                if r:  # round 0 is a warm-up
+                    totals[name].append(time.process_time() - t)
+                    for k, v in current.items():
+                        per[name].setdefault(k, []).append(v)
+    finally:
+        gfnpg_module.record_function = original
+    spans = {n: {k: 1e3 * statistics.median(v) for k, v in per[n].items()} for n in methods}
+    _span_table(f"CPU time per span, median of {reps} iterations: ms (share of the median iteration)", spans,
+                {n: 1e3 * statistics.median(v) for n, v in totals.items()})
+
+
+def profile_ops(methods: dict, reps: int, top: int) -> None:
+    """Per op: `reps` iterations of each method under torch.profiler, the ops with the most self time (mean per
+    iteration). The profiler times by the wall clock, with its own per-op overhead, so on a shared machine its
+    milliseconds are larger than the CPU times and noisier; the ranking and the call counts are what it is for."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    for name, (reset, step, _) in methods.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for r in range(reps):
+                reset()
+                torch.manual_seed(1000 + r)
+                with record_function("iteration"):
+                    step()
+        events = prof.key_averages()
+        total = sum(e.cpu_time_total for e in events if e.key == "iteration") / reps / 1e3
+        ops = sorted(((e.key, e.self_cpu_time_total / reps / 1e3, e.count / reps) for e in events
+                      if e.key != "iteration" and not e.key.startswith("gfnpg/")), key=lambda o: -o[1])
+        print(f"\n{name}: torch.profiler, the {top} ops with the most self time (mean over {reps} iterations of "
+              f"{total:.1f} profiled ms)\n")
         print("| op | self ms | share | calls |\n|---|---|---|---|")
-        for key, ms, calls in ops[n][:top]:
-            print(f"| {key} | {ms:.2f} | {100 * ms / totals[n]:.0f}% | {calls:.0f} |")
-        print(f"| (all ops: {sum(c for _, _, c in ops[n]):.0f} calls) | {sum(m for _, m, _ in ops[n]):.2f} | | |")
+        for key, ms, calls in ops[:top]:
+            print(f"| {key} | {ms:.2f} | {100 * ms / total:.0f}% | {calls:.0f} |")
+        print(f"| (all ops: {sum(c for _, _, c in ops):.0f} calls) | {sum(m for _, m, _ in ops):.2f} | | |")
 
 
 def _median_ms(fns: dict, reps: int) -> dict[str, float]:
@@ -317,7 +346,8 @@ def main() -> None:
     p.add_argument("--no-peer", action="store_true", help="leave torchgfn out (its sampler is slow on long trajectories)")
     p.add_argument("--quick", action="store_true", help="H 16, batch 16, MLP 2x32, 5 rounds")
     p.add_argument("--profile", type=int, default=0, metavar="N",
-                   help="after the tables, profile N iterations of each of our methods (per span and per op)")
+                   help="after the timing table: CPU time per network span over N iterations of each of our methods, "
+                   "and torch.profiler's top ops over N/3")
     p.add_argument("--no-memory", action="store_true", help="skip the memory table")
     p.add_argument("--ablations", action="store_true",
                    help="only time the alternatives (stacked networks, Adam kernels, a sampler keeping its graph)")
@@ -379,7 +409,9 @@ def main() -> None:
               f"{med[name] / base_ours:.2f}x | {statistics.mean(methods[name][2]):.2f} |", flush=True)
 
     if args.profile:
-        profile_tables({k: v for k, v in methods.items() if k.startswith("ours")}, args.profile, 12)
+        ours_only = {k: v for k, v in methods.items() if k.startswith("ours")}
+        cpu_spans(ours_only, args.profile)
+        profile_ops(ours_only, max(1, args.profile // 3), 12)
     if args.no_memory:
         return
     # memory, one row at a time (a long run that is stopped keeps the rows it has)
