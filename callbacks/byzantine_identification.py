@@ -31,8 +31,10 @@ optimizer steps:
    ``byzantine/threshold``, ``byzantine/n_flagged`` at the global step; ``LightningModule.log``'s result
    collection was the largest single item of a check's CPU profile) and writes
    ``<run dir>/byzantine/step_<N>.csv``.
-4. With ``action="exclude"`` the DDP communication hook averages the gradient over the unflagged ranks only (a
-   flagged rank's bucket is weighted 0, the others 1/#unflagged) from that step until the next check.
+4. With ``action="exclude"`` the gradient is averaged over the unflagged ranks only (a flagged rank weighted 0, the
+   others 1/#unflagged) from that step until the next check: with one pass, those steps also run under
+   ``no_sync`` and the callback all-reduces after the backward (DDP's built-in all-reduce runs on the others);
+   with two passes (where gradient accumulation may apply), by a DDP communication hook on every step.
 
 The loss is the module's ``training_loss(batch)`` if it has one, otherwise its ``training_step(batch, idx)`` with
 logging switched off for that call. Knockoff+ rejects only sets of at least ⌈1/α⌉ scores, so a world size with
@@ -351,13 +353,14 @@ class ByzantineIdentification(Callback):
         digest = torch.tensor([int(hashlib.sha1(signature.encode()).hexdigest()[:15], 16)], device=pl_module.device)
         check_same_selection(trainer.strategy.all_gather(digest).reshape(-1), self._names)
         self._weight = 1.0 / world
-        if self.action == "exclude":
-            model = trainer.strategy.model
-            if not hasattr(model, "register_comm_hook"):
-                raise ZooError("action='exclude' needs a DDP strategy (strategy: ddp)")
-            model.register_comm_hook(self, _masked_mean_hook)
+        if self.action == "exclude" and not hasattr(trainer.strategy.model, "register_comm_hook"):
+            raise ZooError("action='exclude' needs a DDP strategy (strategy: ddp)")
         blocker = self.one_pass_blocker(trainer, pl_module)
         self.one_pass = blocker is None
+        if self.action == "exclude" and not self.one_pass:
+            # with one pass, masked steps run under no_sync and are averaged by hand (no accumulation there), so
+            # the other steps keep DDP's built-in all-reduce; a Python hook would cost every step
+            trainer.strategy.model.register_comm_hook(self, _masked_mean_hook)
         rank_zero_info("ByzantineIdentification: split-half gradients by "
                        + ("one extra half-batch pass per check (g2 from the step's local gradient)" if self.one_pass
                           else f"two half-batch passes per check ({blocker})"))
@@ -456,18 +459,22 @@ class ByzantineIdentification(Callback):
                              batch_idx: int) -> None:
         step = trainer.global_step
         if step % self.every_n_steps or step == self._last_step:
+            if self.one_pass and self.action == "exclude" and self.flagged:  # the unflagged mean, by hand
+                self._skip_sync(trainer)
             return
         self._last_step = step
         if self.one_pass:  # finished in on_after_backward, from this step's own local gradient
             self._pending = (batch, step)
-            self._sync_off = trainer.strategy.model.no_sync()
-            self._sync_off.__enter__()  # DDP decides at forward time whether the backward all-reduces
+            self._skip_sync(trainer)
             return
         g1, g2, n_half, _ = self.split_gradients(pl_module, batch, self.split_generator(step, trainer.global_rank))
         self._identify(trainer, pl_module, batch, g1, g2, n_half, False, step, from_step=False)
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._pending is None:
+            if self._sync_off is not None:  # an excluding step between checks
+                self._restore_sync()
+                self._average_kept_gradient(pl_module)
             return
         (batch, step), self._pending = self._pending, None
         self._restore_sync()
@@ -478,9 +485,13 @@ class ByzantineIdentification(Callback):
         self._average_kept_gradient(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self._pending is not None:  # training_step returned None: no backward, nothing to identify
+        if self._sync_off is not None:  # training_step returned None: no backward, nothing to identify
             self._pending = None
             self._restore_sync()
+
+    def _skip_sync(self, trainer: L.Trainer) -> None:
+        self._sync_off = trainer.strategy.model.no_sync()
+        self._sync_off.__enter__()  # DDP decides at forward time whether the backward all-reduces
 
     def _restore_sync(self) -> None:
         if self._sync_off is not None:
@@ -488,8 +499,9 @@ class ByzantineIdentification(Callback):
             self._sync_off = None
 
     def _average_kept_gradient(self, pl_module: L.LightningModule) -> None:
-        """The all-reduce that ``no_sync`` skipped on this check step: Σ_r weight_r · g_r over every trainable
-        parameter (the mean, or the unflagged ranks' mean), written back into ``.grad`` before the optimizer."""
+        """The all-reduce that ``no_sync`` skipped: Σ_r weight_r · g_r over every trainable parameter (the mean, or
+        the unflagged ranks' mean), written back into ``.grad`` before the optimizer. One flat all-reduce after the
+        backward, without DDP's bucketed overlap of communication and computation."""
         grads = [p.grad for p in pl_module.parameters() if p.requires_grad and p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads]).mul_(self._weight)
         dist.all_reduce(flat)

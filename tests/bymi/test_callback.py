@@ -210,3 +210,22 @@ def test_one_pass_is_used_only_where_it_is_exact():
     assert cb.one_pass_blocker(trainer(), noisy) is None
     model.automatic_optimization = False
     assert "manual optimization" in cb.one_pass_blocker(trainer(), model)
+
+
+def test_the_masked_mean_hook_of_the_two_pass_exclude_path(tmp_path):
+    """The comm hook that `exclude` registers when checks take two passes: weight · bucket, all-reduced (a
+    one-process gloo group here; the 2-process DDP test covers the one-pass path's hand-made average)."""
+    import torch.distributed as dist
+
+    from callbacks.byzantine_identification import _masked_mean_hook
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        state = ByzantineIdentification(action="exclude")
+        bucket = type("Bucket", (), {"buffer": lambda self, t=torch.arange(4.0): t})()
+        state._weight = 0.5
+        torch.testing.assert_close(_masked_mean_hook(state, bucket).wait(), torch.arange(4.0) * 0.5)
+        state._weight = 0.0  # a flagged rank contributes nothing
+        assert _masked_mean_hook(state, bucket).wait().abs().sum() == 0
+    finally:
+        dist.destroy_process_group()
