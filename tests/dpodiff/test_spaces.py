@@ -55,8 +55,11 @@ def test_synonym_space_keeps_fixed_words_and_renders_the_prompt(tokenizer):
 
 
 def test_nplib_space_has_four_slots_with_an_empty_option(tokenizer):
-    sp = build_space("a cat", "nplib", tokenizer, nplib_candidates(), "improve")
+    sp = build_space("a cat", "nplib", tokenizer, nplib_candidates(), "improve", k=5)
     assert len(sp.free) == 4 and all(s.candidates[0] == "" for s in sp.free)
+    # every single-token word of each quarter of the library stays (official negative_space: no top-k cut)
+    for s, words in zip(sp.free, nplib_candidates().values()):
+        assert s.candidates[1:] == [w for w in words if len(tokenizer(w).input_ids) == 3]
 
 
 def test_bad_prompts_are_refused(tokenizer):

@@ -43,14 +43,34 @@ STOPWORDS = frozenset(
     "as into onto over under than then there their his her he she they them we you i me my our your".split())
 
 # NPLib: curated generic negative-prompt words split into 4 slots (official: data/prompts-negative-filtered-v2.txt,
-# 210 lines, np.array_split into 4). That file has no licence, so this list is the project's own; pass
-# `nplib_path` (one word per line) to use another.
+# 210 lines, np.array_split into 4, ~52 words a slot). That file has no licence, so this list (243 words) is
+# the project's own, of a similar size; the single-token filter keeps 39–49 a slot (4.6M prompts with the
+# empty options, millions as officially). Pass `nplib_path` (one word per line) to use another.
 NPLIB_WORDS = (
     "blurry", "lowres", "pixelated", "grainy", "noisy", "jpeg", "artifacts", "watermark", "signature", "text",
     "cropped", "distorted", "deformed", "disfigured", "mutated", "malformed", "ugly", "duplicate", "morbid",
-    "mutilated", "extra", "missing", "fused", "bad", "poorly", "amateur", "overexposed", "underexposed",
-    "washed", "dull", "flat", "boring", "cartoon", "sketch", "messy", "cluttered", "unfocused", "tiling",
-    "cut", "asymmetric",
+    "mutilated", "extra", "missing", "fused", "bad", "poorly", "amateur", "overexposed", "underexposed", "washed",
+    "dull", "flat", "boring", "cartoon", "sketch", "messy", "cluttered", "unfocused", "tiling", "cut", "asymmetric",
+    "blur", "blurred", "low", "noise", "logo", "caption", "label", "letters", "words", "crop", "distortion",
+    "mutation", "poor", "bland", "drawing", "doodle", "clutter", "tiled", "asymmetrical", "crooked", "tilted",
+    "skewed", "warped", "stretched", "squashed", "bent", "broken", "cracked", "damaged", "dirty", "dusty",
+    "smudged", "smeared", "faded", "muddy", "murky", "dark", "dim", "gloomy", "shadowy", "harsh", "glare",
+    "overcast", "foggy", "hazy", "haze", "smoky", "cloudy", "fuzzy", "soft", "shaky", "motion", "double", "ghost",
+    "halo", "banding", "jagged", "compressed", "compression", "glitch", "corrupted", "error", "static", "scratched",
+    "scratches", "stain", "stains", "spots", "blotchy", "patchy", "uneven", "unbalanced", "awkward", "clumsy",
+    "crude", "rough", "sloppy", "careless", "unfinished", "incomplete", "partial", "cramped", "crowded", "busy",
+    "chaotic", "random", "weird", "strange", "odd", "creepy", "scary", "grotesque", "gross", "disgusting",
+    "horrible", "terrible", "awful", "worst", "worse", "mediocre", "average", "generic", "cheap", "plastic", "fake",
+    "artificial", "unrealistic", "unnatural", "lifeless", "stiff", "mannequin", "doll", "toy", "miniature", "tiny",
+    "small", "thumbnail", "icon", "clipart", "vector", "monochrome", "grayscale", "sepia", "desaturated",
+    "oversaturated", "saturated", "neon", "garish", "gaudy", "tacky", "render", "cgi", "waxy", "shiny", "greasy",
+    "oily", "wet", "blown", "burnt", "burned", "grain", "film", "vignette", "border", "frame", "framed", "collage",
+    "split", "panel", "multiple", "repeated", "repetitive", "pattern", "mirrored", "flipped", "upside", "inverted",
+    "limbs", "fingers", "hands", "arms", "legs", "heads", "faces", "eyes", "teeth", "mouth", "anatomy",
+    "proportions", "elongated", "long", "neck", "short", "fat", "bloated", "swollen", "skinny", "thin", "gaunt",
+    "mosaic", "bars", "black", "white", "quality", "jpg", "png", "pixel", "pixels", "dots", "lines", "scribble",
+    "overexposure", "exposure", "contrast", "lowquality", "dithering", "posterized", "cartoonish", "childish",
+    "sticker", "emoji", "meme", "screenshot",
 )
 
 WORD_RE = re.compile(r"\w+|[^\w\s]")  # official positive_space: words, punctuation as words of its own
@@ -193,7 +213,9 @@ def check_length(tokenizer, prompt: str) -> None:
 
 def build_space(prompt: str, kind: Kind, tokenizer, candidates: dict[str, list[str]], task: Literal["improve", "attack"],
                 k: int = 5) -> SearchSpace:
-    """Slots from per-word candidates; multi-token candidates are dropped (and logged), at most `k` kept per word.
+    """Slots from per-word candidates; multi-token candidates are dropped (and logged), at most `k` kept per word
+    (the official question asks for 5 per word). NPLib slots keep their whole share of the library: the official
+    `negative_space` truncates nothing, and a cut at k would shrink its 4 slots to a few hundred prompts in all.
 
     synonym: every word of the prompt is a slot, substitutable if it is one token and has candidates (option 0
     is the word itself; official `positive_space`). antonym/nplib: one negative-prompt slot per word with
@@ -205,6 +227,8 @@ def build_space(prompt: str, kind: Kind, tokenizer, candidates: dict[str, list[s
     check_length(tokenizer, prompt)
     slots: list[Slot] = []
     dropped: dict[str, list[str]] = {}
+
+    limit = None if kind == "nplib" else k
 
     def keep(word: str, cands: Sequence[str]) -> tuple[list[str], list[int]]:
         words, ids = [], []
@@ -218,7 +242,7 @@ def build_space(prompt: str, kind: Kind, tokenizer, candidates: dict[str, list[s
                 continue
             words.append(c)
             ids.append(tid)
-            if len(words) == k:
+            if len(words) == limit:
                 break
         return words, ids
 
