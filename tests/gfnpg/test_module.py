@@ -184,3 +184,31 @@ def test_iteration_spans_split_a_profile_by_network():
                 "pi_B: log-probs with grad", "V_B: values with grad"}
     updates = {f"{u} update: {part}" for u in ("forward", "backward") for part in ("autograd backward", "Adam step")}
     assert spans == {f"gfnpg/{k}" for k in networks | updates}
+
+
+@pytest.mark.parametrize("variant", ["RL-B", "TB-B"])
+def test_skipping_forced_backward_moves_is_the_plain_update(monkeypatch, variant):
+    """pi_B's network skipped at forced backward moves (sampling.SKIP_FORCED_BACKWARD) against the network at every
+    state: three iterations from the same state and seed give the same metrics and parameters (float64 networks;
+    the log-probabilities are gathered in float32, hence the tolerance)."""
+    import zoo.gfnpg.sampling as sampling
+
+    dm = GFNEnvDataModule(env="hypergrid", height=6, ndim=2, R0=0.1)
+    dm.setup()
+    models = {k: GFNPGModule(variant=variant, **TINY) for k in (True, False)}
+    for m in models.values():
+        m.set_env(dm.env)
+        m.double()
+    models[False].load_state_dict(models[True].state_dict())
+    metrics = {}
+    for skip, model in models.items():
+        monkeypatch.setattr(sampling, "SKIP_FORCED_BACKWARD", skip)
+        opts = model.named_optimizers()
+        torch.manual_seed(0)
+        metrics[skip] = [model.train_iteration(opts) for _ in range(3)]
+    for a, b in zip(metrics[True], metrics[False]):
+        for k in a:
+            torch.testing.assert_close(torch.as_tensor(a[k]).double(), torch.as_tensor(b[k]).double(),
+                                       rtol=1e-5, atol=1e-6, msg=k)
+    for (name, a), b in zip(models[True].named_parameters(), models[False].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)

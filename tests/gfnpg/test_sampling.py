@@ -179,3 +179,42 @@ def test_backward_sampler_reuses_the_forward_costs_logits_at_x():
         torch.manual_seed(seed)
         plain = sample_backward(env, pb, x)
         assert torch.equal(reused.states, plain.states) and torch.equal(reused.actions, plain.actions)
+
+
+def test_forced_backward_moves_skip_the_network_without_changing_anything(monkeypatch):
+    """pi_B's network is skipped at states with one legal backward action (on the grid, the states on an axis): the
+    log-probabilities of legal actions, their gradients (float64) and the backward sampler's draws equal those of
+    the network evaluated at every state; a batch of forced states only still gives zero gradients, not None."""
+    import zoo.gfnpg.sampling as sampling
+
+    env = Hypergrid(6, 2, R0=0.1)
+    torch.manual_seed(0)
+    pb = mlp(env.feature_dim, env.n_actions - 1, hidden_dim=16, n_hidden_layers=2).double()
+    states = env.all_states()[1:]  # s0 has no backward action
+    forced = env.backward_masks(states).sum(1) == 1
+    assert 0 < int(forced.sum()) < len(states)
+    weights = torch.randn(len(states), env.n_actions - 1, dtype=torch.float64)
+
+    def run(skip):
+        monkeypatch.setattr(sampling, "SKIP_FORCED_BACKWARD", skip)
+        pb.zero_grad(set_to_none=True)
+        lp = policy_logits(env, pb, states, backward=True).log_softmax(-1)
+        legal = env.backward_masks(states)
+        (weights * lp * legal).sum().backward()
+        torch.manual_seed(3)
+        back = sample_backward(env, pb, states)
+        return lp.detach(), legal, [p.grad.clone() for p in pb.parameters()], back
+
+    lp_skip, legal, g_skip, b_skip = run(True)
+    lp_full, _, g_full, b_full = run(False)
+    torch.testing.assert_close(lp_skip[legal], lp_full[legal], rtol=0, atol=1e-12)
+    assert (lp_skip[forced][legal[forced]] == 0).all() and (lp_full[forced][legal[forced]] == 0).all()
+    for a, b in zip(g_skip, g_full):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert torch.equal(b_skip.actions, b_full.actions) and torch.equal(b_skip.states, b_full.states)
+    monkeypatch.setattr(sampling, "SKIP_FORCED_BACKWARD", True)
+    pb.zero_grad(set_to_none=True)
+    on_axis = states[forced]
+    policy_logits(env, pb, on_axis, backward=True).log_softmax(-1).gather(
+        1, env.backward_masks(on_axis).long().argmax(1, keepdim=True)).sum().backward()
+    assert all(p.grad is not None and (p.grad == 0).all() for p in pb.parameters())

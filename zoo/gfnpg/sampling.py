@@ -68,18 +68,48 @@ def net_output(env: GFNEnv, net: nn.Module, states: torch.Tensor, table: Optiona
     return h
 
 
+# See _forced_backward; False evaluates pi_B's network at every state (the tests compare both paths).
+SKIP_FORCED_BACKWARD = True
+
+
+def _forced_backward(env: GFNEnv, net: nn.Module, states: torch.Tensor, mask: torch.Tensor,
+                     table: Optional[torch.Tensor]) -> torch.Tensor:
+    """pi_B's unmasked logits, with the network evaluated only where a state has more than one legal backward action.
+    Where it has one (on the hypergrid, every state on an axis; a DAG with one edge), pi_B(.|s) is the point mass on
+    that action whatever the network says: its masked row is (0 at the action, MASKED_LOGIT elsewhere) here and
+    (l, MASKED_LOGIT) from the network, and both give log-probability exactly 0 (exp(-1e5 - l) is 0 in float32 and
+    float64), gradient exactly 0, and the legal action under Gumbel-max whatever the noise. Skipping those rows changes
+    no value, draw or gradient (tested against the network on every row); it spares the backward sampler and pi_B's
+    passes the forced moves, a large share of the states near the grid's axes. Where every row is forced, a graph of
+    zeros to the parameters keeps their gradients at 0 rather than None, so that Adam steps them as before."""
+    free = mask.sum(1) > 1
+    n_free = int(free.sum())
+    if n_free == len(states):
+        return net_output(env, net, states, table)
+    p = next(net.parameters())
+    logits = torch.zeros(len(states), mask.shape[1], dtype=p.dtype, device=states.device)
+    if n_free:
+        idx = free.nonzero()[:, 0]
+        return logits.index_copy(0, idx, net_output(env, net, states[idx], table))
+    if torch.is_grad_enabled() and p.requires_grad:
+        logits = logits + sum(q.reshape(-1)[:1].sum() for q in net.parameters()) * 0.0
+    return logits
+
+
 def policy_logits(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
                   guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32,
                   table: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Masked logits of pi(.|s) over all actions. ``net=None`` is the uniform policy (zero logits: uniform over the
     legal actions, the official ``Uniform`` module). ``guide`` caps the stop logit (RL-G's pi_G, forward only).
-    ``table``: see ``net_output``."""
+    ``table``: see ``net_output``. Backward policies skip the network at forced states (``_forced_backward``)."""
     n_out = env.n_actions - 1 if backward else env.n_actions
+    mask = env.backward_masks(states) if backward else env.forward_masks(states)
     if net is None:
         logits = torch.zeros(len(states), n_out, dtype=dtype, device=states.device)
+    elif backward and SKIP_FORCED_BACKWARD:
+        logits = _forced_backward(env, net, states, mask, table)
     else:
         logits = net_output(env, net, states, table)
-    mask = env.backward_masks(states) if backward else env.forward_masks(states)
     logits = logits.masked_fill(~mask, MASKED_LOGIT)
     if guide is not None:
         low = env.log_reward(states) <= guide.log_reward_max
