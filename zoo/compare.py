@@ -161,6 +161,50 @@ def grouped_table(runs: list[dict], group_by: list[str], metrics: Optional[list[
     return header, rows
 
 
+def paired_table(runs: list[dict], group_by: list[str], baseline: str, metrics: Optional[list[str]], fmt: str
+                 ) -> tuple[list[str], list[list]]:
+    """Each group minus the `baseline` group, run by run: runs are matched on every axis outside `group_by` (in a
+    sweep, the seed), so the spread the seed puts into both (its data, its initialisation) cancels. Per metric:
+    the mean ± std of the differences, how many are below / above zero, and the two-sided paired t-test p (scipy)."""
+    from scipy.stats import ttest_1samp
+
+    keys = {_axis_key(runs, g) for g in group_by}
+    groups = groups_of(runs, group_by)
+    label = {k: ",".join(map(str, k)) for k in groups}
+    base = [k for k in groups if label[k] == baseline]
+    if not base:
+        raise ZooError(f"no group {baseline!r} to pair against; groups: {', '.join(sorted(label.values()))}")
+
+    def by_match(members: list[dict]) -> dict[tuple, dict]:
+        return {tuple(sorted((k, str(v)) for k, v in r["axes"].items() if k not in keys)): r for r in members}
+
+    reference = by_match(groups[base[0]])
+    metrics = pick_metrics(runs, metrics)
+    header = [*group_by, "pairs"]
+    for m in metrics:
+        header += ([f"{m} diff {k}" for k in ("mean", "std", "below", "above", "p")] if fmt == "csv"
+                   else [f"{m} − {baseline} (mean ± std)", f"{m} below/above", f"{m} paired p"])
+    rows = []
+    for key, members in groups.items():
+        if key == base[0]:
+            continue
+        matched = [(r, reference[m]) for m, r in by_match(members).items() if m in reference]
+        row: list[Any] = [*key, len(matched)]
+        for m in metrics:
+            d = [float(a["metrics"][m]) - float(b["metrics"][m]) for a, b in matched
+                 if a["metrics"].get(m) is not None and b["metrics"].get(m) is not None]
+            s = aggregate(d) if d else None
+            p = float(ttest_1samp(d, 0.0).pvalue) if len(d) > 1 else float("nan")  # = the paired t-test
+            below, above = sum(x < 0 for x in d), sum(x > 0 for x in d)
+            if fmt == "csv":
+                row += [s and s["mean"], s and s["std"], below, above, p] if s else [None] * 5
+            else:
+                row += ["" if s is None else f"{_num(s['mean'])} ± {_num(s['std'])}",
+                        "" if s is None else f"{below}/{above}", "" if s is None else _num(p)]
+        rows.append(row)
+    return header, rows
+
+
 def _num(v: float) -> str:
     return "nan" if v != v else f"{v:.4g}"
 
@@ -264,7 +308,8 @@ def plot(runs: list[dict], metric: str, path: str, group_by: Optional[list[str]]
 def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = None,
             metrics: Optional[list[str]] = None, wandb_project: Optional[str] = None,
             format: Literal["terminal", "markdown", "csv"] = "terminal", output: Optional[str] = None,
-            metric: Optional[str] = None, plot_path: str = "compare.png") -> str:
+            metric: Optional[str] = None, plot_path: str = "compare.png", paired_against: Optional[str] = None
+            ) -> str:
     """Compare runs as a table (config keys that differ, final metrics) and a plot; --group_by aggregates seeds.
 
     With --group_by, each group's runs are aggregated (mean ± std, n, 95% t-interval); --metric plots curves.
@@ -280,12 +325,19 @@ def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = No
         output: write the table to this file instead of printing it.
         metric: plot this logged metric's curves (e.g. train/loss); per group with a ±std band under --group_by.
         plot_path: where the PNG goes.
+        paired_against: with --group_by, one group's label (its values joined by commas, e.g. `no_ot`): every other
+            group minus that one, matched run by run on the remaining axes (the seed), with the mean ± std of the
+            differences, how many fall below / above zero and the paired t-test p.
     """
     paths = runs or ["runs"]
     loaded = wandb_runs(wandb_project) if wandb_project else [local_run(d) for d in find_runs(paths)]
     if not loaded:
         raise ZooError(f"no finished runs found in {', '.join(paths)}")
-    if group_by:
+    if paired_against and not group_by:
+        raise ZooError("--paired_against needs --group_by (the axes whose groups are compared)")
+    if paired_against:
+        header, rows = paired_table(loaded, group_by, paired_against, metrics, format)
+    elif group_by:
         header, rows = grouped_table(loaded, group_by, metrics, format)
     else:
         header, rows = table(loaded, metrics)

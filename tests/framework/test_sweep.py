@@ -79,6 +79,23 @@ def test_grid_of_two_axes_and_two_seeds_with_two_jobs_then_compare(in_tmp, toy_c
         assert float(row["test/mse ci95_low"]) == pytest.approx(mean - half, rel=1e-5)
         assert float(row["test/mse ci95_high"]) == pytest.approx(mean + half, rel=1e-5)
 
+    # paired: each (hidden, fast) run minus the (hidden, slow) run of the same seed
+    assert main(["compare", str(sweep_dir), "--group_by", "hidden", "variant", "--format", "csv",
+                 "--metrics", "test/mse", "--paired_against", "4,slow"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert sorted((r["hidden"], r["variant"]) for r in rows) == [("4", "fast"), ("8", "fast"), ("8", "slow")]
+    for row in rows:
+        a = [runs[f"hidden={row['hidden']},variant={row['variant']},seed={s}"] for s in (0, 1)]
+        b = [runs[f"hidden=4,variant=slow,seed={s}"] for s in (0, 1)]
+        d = [x - y for x, y in zip(a, b)]
+        assert int(row["pairs"]) == 2
+        assert float(row["test/mse diff mean"]) == pytest.approx(statistics.mean(d), rel=1e-5)
+        assert float(row["test/mse diff std"]) == pytest.approx(statistics.stdev(d), rel=1e-5)
+        assert int(row["test/mse diff below"]) == sum(x < 0 for x in d)
+        assert float(row["test/mse diff p"]) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-4)
+    assert main(["compare", str(sweep_dir), "--group_by", "variant", "--paired_against", "medium"]) == 2
+    assert "no group 'medium' to pair against" in capsys.readouterr().err
+
     assert main(["compare", str(sweep_dir), "--group_by", "variant", "--format", "markdown",
                  "--metric", "train/loss", "--plot_path", str(in_tmp / "band.png")]) == 0
     out = capsys.readouterr().out
