@@ -70,6 +70,11 @@ class GFNEnv:
         """Number of moves from s0 (the DAG of states is graded by it)."""
         raise NotImplementedError
 
+    def state_key(self, states: torch.Tensor) -> Optional[torch.Tensor]:
+        """(N,) integer keys, equal exactly where the states are equal (``sampling.distinct_states`` groups rows by
+        them), or ``None``: the rows are then compared whole (``torch.unique(dim=0)``, slower)."""
+        return None
+
     # -- enumeration (exact metrics) -----------------------------------------------------------------------------
     @property
     def n_states(self) -> int:
@@ -144,6 +149,9 @@ class Hypergrid(GFNEnv):
 
     def level(self, states):
         return states.sum(-1)
+
+    def state_key(self, states):
+        return self.state_index(states)  # x_1 H^(d-1) + ... + x_d: distinct states, distinct keys
 
     @property
     def n_states(self) -> int:
@@ -238,6 +246,9 @@ class DAGEnv(GFNEnv):
 
     def all_states(self):
         return self.dags
+
+    def state_key(self, states):
+        return (states * self._bits.to(states.device)).sum(-1)  # the adjacency matrix as a binary number
 
     def state_index(self, states):
         codes = (states * self._bits.to(states.device)).sum(-1)

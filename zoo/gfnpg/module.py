@@ -229,7 +229,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
             log_pf = forward_log_probs(env, self.pf, traj)
         with record_function("gfnpg/pi_B: forward costs, no grad"), torch.no_grad():
             # the costs are constants of the actor-critic step: no graph through pi_B
-            log_pb, pb_logits = backward_log_probs(env, self.pb, traj, return_logits=True)
+            log_pb, pb_logits = backward_log_probs(env, self.pb, traj, return_logits=True, distinct=True)
         costs = rl_costs(log_pf.detach(), log_pb, traj, log_rewards, self.log_z.detach(), hp.log_reward_clip_min)
         with record_function("gfnpg/V: values with grad"):
             values = state_values(env, self.value, traj)
@@ -259,7 +259,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
             btraj = sample_backward(env, self.pb, x, first_logits=x_logits)
         valid = btraj.valid
         with record_function("gfnpg/pi_G: log-probs, no grad"), torch.no_grad():  # pi_G is a stop-gradient target
-            log_pg = forward_log_probs(env, self.pf, btraj, guide=guide)
+            log_pg = forward_log_probs(env, self.pf, btraj, guide=guide, distinct=True)
             log_pg_stop = policy_log_probs(env, self.pf, x, guide=guide)[:, -1] if hp.backward_loss == "tb" else None
         with record_function("gfnpg/pi_B: log-probs with grad"):
             log_pb = backward_log_probs(env, self.pb, btraj)

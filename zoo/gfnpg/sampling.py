@@ -96,12 +96,31 @@ def _forced_backward(env: GFNEnv, net: nn.Module, states: torch.Tensor, mask: to
     return logits
 
 
+def distinct_states(env: GFNEnv, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reps, inverse) with ``reps`` one row per distinct state of ``states`` and ``states == reps[inverse]``. A batch
+    of trajectories repeats states heavily: every trajectory passes through s0 and the states next to it (on the
+    256x256 grid at batch 128, RL-B's pi_G pass sees ~290 parent states of which ~45 are distinct)."""
+    key = env.state_key(states)
+    if key is None:
+        return torch.unique(states, dim=0, return_inverse=True)
+    keys, inverse = torch.unique(key, return_inverse=True)
+    # one representative row per key: any row of a group will do, they hold the same state
+    first = torch.empty_like(keys).scatter_(0, inverse, torch.arange(len(inverse), device=inverse.device))
+    return states[first], inverse
+
+
 def policy_logits(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
                   guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32,
-                  table: Optional[torch.Tensor] = None) -> torch.Tensor:
+                  table: Optional[torch.Tensor] = None, distinct: bool = False) -> torch.Tensor:
     """Masked logits of pi(.|s) over all actions. ``net=None`` is the uniform policy (zero logits: uniform over the
     legal actions, the official ``Uniform`` module). ``guide`` caps the stop logit (RL-G's pi_G, forward only).
-    ``table``: see ``net_output``. Backward policies skip the network at forced states (``_forced_backward``)."""
+    ``table``: see ``net_output``. Backward policies skip the network at forced states (``_forced_backward``).
+    ``distinct``: evaluate each distinct state once and copy its row to the repeats (every step here is row-wise, so
+    each row is the plain evaluation's row; the module uses it for its passes without gradients, where a repeated
+    state costs a row of every layer and the copy is one gather)."""
+    if distinct and net is not None and len(states):
+        reps, inverse = distinct_states(env, states)
+        return policy_logits(env, net, reps, backward, guide, dtype, table)[inverse]
     n_out = env.n_actions - 1 if backward else env.n_actions
     mask = env.backward_masks(states) if backward else env.forward_masks(states)
     if net is None:
@@ -119,9 +138,10 @@ def policy_logits(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, b
 
 
 def policy_log_probs(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
-                     guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                     guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32,
+                     distinct: bool = False) -> torch.Tensor:
     """log pi(.|s) over all actions, masked (see ``policy_logits``)."""
-    return policy_logits(env, net, states, backward, guide, dtype).log_softmax(-1)
+    return policy_logits(env, net, states, backward, guide, dtype, distinct=distinct).log_softmax(-1)
 
 
 def sample_actions(logits: torch.Tensor) -> torch.Tensor:
@@ -230,21 +250,23 @@ def last_move_rows(traj: Trajectories) -> torch.Tensor:
 
 
 def forward_log_probs(env: GFNEnv, pf: Optional[nn.Module], traj: Trajectories, guide: Optional[Guide] = None,
-                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                      dtype: torch.dtype = torch.float32, distinct: bool = False) -> torch.Tensor:
     """(L, B) log pi_F of every transition (0 at padding). On a backward trajectory the forward transition of step
-    t is states[t+1] -> states[t], taken by forward action actions[t]; the stop action is not part of it."""
+    t is states[t+1] -> states[t], taken by forward action actions[t]; the stop action is not part of it.
+    ``distinct``: see ``policy_logits``."""
     valid = traj.valid
     parents = traj.states[1:][valid] if traj.backward else traj.states[:-1][valid]
     acts = traj.actions[valid]
     out = torch.zeros(valid.shape, dtype=dtype, device=valid.device)
-    lp = policy_log_probs(env, pf, parents, guide=guide, dtype=dtype)
+    lp = policy_log_probs(env, pf, parents, guide=guide, dtype=dtype, distinct=distinct)
     return out.masked_scatter(valid, lp.gather(1, acts[:, None])[:, 0].to(dtype))
 
 
 def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories, dtype: torch.dtype = torch.float32,
-                       return_logits: bool = False):
+                       return_logits: bool = False, distinct: bool = False):
     """(L, B) log pi_B(s_t | s_{t+1}) of every move (0 at the stop step and at padding). ``return_logits``: also return
-    the masked logits of pi_B at the evaluated states (one row per move, time-major; ``last_move_rows`` finds x's)."""
+    the masked logits of pi_B at the evaluated states (one row per move, time-major; ``last_move_rows`` finds x's).
+    ``distinct``: see ``policy_logits``."""
     if traj.backward:
         moves = traj.valid
         children = traj.states[:-1][moves]
@@ -255,7 +277,7 @@ def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories,
     out = torch.zeros(moves.shape, dtype=dtype, device=moves.device)
     if not moves.any():
         return (out, None) if return_logits else out
-    logits = policy_logits(env, pb, children, backward=True, dtype=dtype)
+    logits = policy_logits(env, pb, children, backward=True, dtype=dtype, distinct=distinct)
     lp = logits.log_softmax(-1)  # = policy_log_probs(env, pb, children, backward=True, dtype=dtype)
     out = out.masked_scatter(moves, lp.gather(1, acts[:, None])[:, 0].to(dtype))
     return (out, logits) if return_logits else out

@@ -1,0 +1,87 @@
+"""The passes without gradients that evaluate each distinct state once (``distinct=True``: RL-B/RL-G's pi_B costs and
+pi_G) against the plain passes that evaluate every row (float64 networks): the same log-probabilities, logits and
+RL-B / RL-G iterations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from datamodules.gfn_envs import GFNEnvDataModule
+from zoo.gfnpg import GFNPGModule, Hypergrid
+from zoo.gfnpg.sampling import (backward_log_probs, distinct_states, forward_log_probs, mlp, policy_logits,
+                                sample_backward, sample_forward)
+
+TINY = dict(batch_size=16, hidden_dim=16, n_hidden_layers=2, value_hidden_layers=1)
+
+
+class _NoKey(Hypergrid):
+    """The generic path: no integer keys, rows compared whole."""
+
+    def state_key(self, states):
+        return None
+
+
+@pytest.mark.parametrize("env_name", ["grid", "grid_nokey", "dag3"])
+def test_distinct_states_regroup_the_rows(request, env_name):
+    env = {"grid": lambda: Hypergrid(5, 3), "grid_nokey": lambda: _NoKey(5, 3),
+           "dag3": lambda: request.getfixturevalue("dag3")}[env_name]()
+    g = torch.Generator().manual_seed(0)
+    states = env.all_states()[torch.randint(0, min(env.n_states, 12), (200,), generator=g)]
+    reps, inverse = distinct_states(env, states)
+    assert torch.equal(reps[inverse], states)
+    assert len(torch.unique(reps, dim=0)) == len(reps) == len(torch.unique(states, dim=0))
+
+
+@pytest.mark.parametrize("env_name", ["grid", "grid_nokey", "dag3"])
+def test_distinct_passes_equal_the_plain_ones(request, make_net, env_name):
+    """log pi_F on backward trajectories (with RL-G's guide), log pi_B and its logits on forward trajectories."""
+    env = {"grid": lambda: Hypergrid(6, 2, R0=0.1), "grid_nokey": lambda: _NoKey(6, 2, R0=0.1),
+           "dag3": lambda: request.getfixturevalue("dag3")}[env_name]()
+    pf = make_net(env.feature_dim, env.n_actions, seed=0)
+    pb = make_net(env.feature_dim, env.n_actions - 1, seed=1)
+    torch.manual_seed(0)
+    traj = sample_forward(env, pf, 64)
+    back = sample_backward(env, pb, traj.terminal_states)
+    for guide in (None, env.guide):
+        plain = forward_log_probs(env, pf, back, guide=guide, dtype=torch.float64)
+        fast = forward_log_probs(env, pf, back, guide=guide, dtype=torch.float64, distinct=True)
+        torch.testing.assert_close(fast, plain, rtol=0, atol=1e-12)
+    (lp, logits), (lp_d, logits_d) = (backward_log_probs(env, pb, traj, torch.float64, True, distinct=d)
+                                      for d in (False, True))
+    torch.testing.assert_close(lp_d, lp, rtol=0, atol=1e-12)
+    torch.testing.assert_close(logits_d, logits, rtol=0, atol=1e-12)
+    children = traj.states[1:][traj.valid & ~traj.is_stop]
+    assert len(torch.unique(children, dim=0)) < len(children)  # the case is not trivial: states repeat
+    torch.testing.assert_close(policy_logits(env, pb, children, backward=True, distinct=True),
+                               policy_logits(env, pb, children, backward=True), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("variant", ["RL-B", "RL-G"])
+def test_distinct_passes_give_the_plain_update(monkeypatch, variant):
+    """Three iterations with the distinct passes against the same with every row evaluated (``distinct_states``
+    replaced by the identity grouping): the same metrics and parameters (float64 networks; log-probabilities are
+    gathered in float32, hence the tolerance)."""
+    import zoo.gfnpg.sampling as sampling
+
+    dm = GFNEnvDataModule(env="hypergrid", height=6, ndim=2, R0=0.1, guide=variant == "RL-G")
+    dm.setup()
+    models = {k: GFNPGModule(variant=variant, **TINY) for k in (True, False)}
+    for m in models.values():
+        m.set_env(dm.env)
+        m.double()
+    models[False].load_state_dict(models[True].state_dict())
+    real = sampling.distinct_states
+    metrics = {}
+    for use, model in models.items():
+        monkeypatch.setattr(sampling, "distinct_states",
+                            real if use else lambda env, s: (s, torch.arange(len(s), device=s.device)))
+        opts = model.named_optimizers()
+        torch.manual_seed(0)
+        metrics[use] = [model.train_iteration(opts) for _ in range(3)]
+    for a, b in zip(metrics[True], metrics[False]):
+        for k in a:
+            torch.testing.assert_close(torch.as_tensor(a[k]).double(), torch.as_tensor(b[k]).double(),
+                                       rtol=1e-5, atol=1e-6, msg=k)
+    for (name, a), b in zip(models[True].named_parameters(), models[False].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
