@@ -85,3 +85,49 @@ def test_distinct_passes_give_the_plain_update(monkeypatch, variant):
                                        rtol=1e-5, atol=1e-6, msg=k)
     for (name, a), b in zip(models[True].named_parameters(), models[False].parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _old_advantages(costs, values, valid, lam):
+    """advantages_and_targets before the float mask and the cached discount matrix (commit feb807b), verbatim."""
+    def discounted(x, lam):
+        if lam == 1.0:
+            return x.flip(0).cumsum(0).flip(0)
+        t = torch.arange(x.shape[0], device=x.device)
+        gap = (t[None, :] - t[:, None]).to(x.dtype)
+        weights = torch.where(gap >= 0, torch.full_like(gap, lam) ** gap.clamp_min(0), torch.zeros_like(gap))
+        return weights @ x
+
+    values = values * valid
+    next_values = torch.cat([values[1:], torch.zeros_like(values[:1])])
+    deltas = (costs + next_values - values) * valid
+    adv = discounted(deltas, lam) * valid
+    targets = discounted(costs * valid, 1.0) * valid
+    return (adv - adv[valid].mean()) * valid, targets
+
+
+@pytest.mark.parametrize("lam", [0.99, 0.5, 1.0])
+def test_advantages_equal_their_old_form(lam):
+    """The float mask and the cached discount matrix change no value (float64; each length twice: the cache's hit)."""
+    from zoo.gfnpg.objectives import advantages_and_targets
+
+    g = torch.Generator().manual_seed(0)
+    for length in (7, 3, 7, 3):
+        lengths = torch.randint(0, length + 1, (9,), generator=g)
+        valid = torch.arange(length)[:, None] < lengths[None, :]
+        costs = torch.randn(length, 9, generator=g, dtype=torch.float64) * valid
+        values = torch.randn(length, 9, generator=g, dtype=torch.float64)
+        for a, b in zip(advantages_and_targets(costs, values, valid, lam), _old_advantages(costs, values, valid, lam)):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_cached_masks_equal_fresh_ones(make_net):
+    """Trajectories.valid / is_stop, computed once per batch, equal the expressions they replace."""
+    env = Hypergrid(6, 2, R0=0.1)
+    torch.manual_seed(0)
+    for traj in (sample_forward(env, make_net(env.feature_dim, env.n_actions), 32),):
+        t = torch.arange(traj.actions.shape[0])[:, None]
+        assert torch.equal(traj.valid, t < traj.lengths[None, :]) and traj.valid is traj.valid
+        assert torch.equal(traj.is_stop, t == traj.lengths[None, :] - 1)
+        back = sample_backward(env, None, traj.terminal_states)
+        assert torch.equal(back.valid, t[: back.actions.shape[0]] < back.lengths[None, :])
+        assert not back.is_stop.any()

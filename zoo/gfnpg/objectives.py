@@ -5,6 +5,8 @@ All tensors are (L, B): time along a padded trajectory x batch, 0 at padding (``
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from zoo.gfnpg.sampling import Trajectories
@@ -22,14 +24,20 @@ def rl_costs(log_pf: torch.Tensor, log_pb: torch.Tensor, traj: Trajectories, log
     return (log_pf - target) * traj.valid
 
 
+@lru_cache(maxsize=32)
+def _discount_matrix(length: int, lam: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """W[t, t'] = lam^(t'-t) for t' >= t, else 0. Cached per (length, lam, dtype, device): a run meets few
+    trajectory lengths, and building W is ten small ops per call (read-only: callers only multiply by it)."""
+    t = torch.arange(length, device=device)
+    gap = (t[None, :] - t[:, None]).to(dtype)  # gap[t, t'] = t' - t
+    return torch.where(gap >= 0, torch.full_like(gap, lam) ** gap.clamp_min(0), torch.zeros_like(gap))
+
+
 def discounted_reverse_cumsum(x: torch.Tensor, lam: float) -> torch.Tensor:
     """y_t = sum_{l>=0} lam^l x_{t+l} along dim 0 (x is 0 past each trajectory's end)."""
     if lam == 1.0:
         return x.flip(0).cumsum(0).flip(0)
-    t = torch.arange(x.shape[0], device=x.device)
-    gap = (t[None, :] - t[:, None]).to(x.dtype)  # gap[t, t'] = t' - t
-    weights = torch.where(gap >= 0, torch.full_like(gap, lam) ** gap.clamp_min(0), torch.zeros_like(gap))
-    return weights @ x
+    return _discount_matrix(x.shape[0], float(lam), x.dtype, x.device) @ x
 
 
 def advantages_and_targets(costs: torch.Tensor, values: torch.Tensor, valid: torch.Tensor, lam: float,
@@ -37,13 +45,14 @@ def advantages_and_targets(costs: torch.Tensor, values: torch.Tensor, valid: tor
     """GAE over costs (official ``estimate_advantages``): delta_t = c_t + V(s_{t+1}) - V(s_t) with V = 0 after the last
     step, A_t = sum_l lam^l delta_{t+l}, centred over the batch's steps; the critic's target sum_l delta_{t+l} + V(s_t)
     is the Monte-Carlo cost-to-go sum_{t'>=t} c_{t'} (the official code uses lambda = 1 for it)."""
-    values = values * valid
+    mask = valid.to(costs.dtype)  # once: a product with the bool mask converts it at every call
+    values = values * mask
     next_values = torch.cat([values[1:], torch.zeros_like(values[:1])])
-    deltas = (costs + next_values - values) * valid
-    adv = discounted_reverse_cumsum(deltas, lam) * valid
-    targets = discounted_reverse_cumsum(costs * valid, 1.0) * valid
+    deltas = (costs + next_values - values) * mask
+    adv = discounted_reverse_cumsum(deltas, lam) * mask
+    targets = discounted_reverse_cumsum(costs * mask, 1.0) * mask
     if centre:
-        adv = (adv - adv[valid].mean()) * valid
+        adv = (adv - adv[valid].mean()) * mask
     return adv, targets
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 import torch
@@ -164,11 +165,13 @@ class Trajectories:
     lengths: torch.Tensor  # (B,) number of actions
     backward: bool = False
 
-    @property
+    # valid and is_stop are computed once per batch (cached_property; the fields are never reassigned): an iteration
+    # reads them a dozen times, and each read was four to six small ops. Callers must not modify them in place.
+    @cached_property
     def valid(self) -> torch.Tensor:
         return torch.arange(self.actions.shape[0], device=self.actions.device)[:, None] < self.lengths[None, :]
 
-    @property
+    @cached_property
     def is_stop(self) -> torch.Tensor:
         """(L, B) True at the stop step of forward trajectories."""
         t = torch.arange(self.actions.shape[0], device=self.actions.device)[:, None]
