@@ -9,6 +9,8 @@ import torch
 
 from zoo.gentle.entropic import c_transform, ground_cost, semi_dual
 
+from .conftest import maximise_semi_dual
+
 ot = pytest.importorskip("ot", reason="POT (pip install pot) is the peer for entropic OT")
 
 EPS = 1.0
@@ -37,24 +39,6 @@ def log_sinkhorn(C, eps, iters=5000, tol=1e-14):
 def primal_value(plan, C, eps):
     n, m = C.shape
     return (plan * C).sum() + eps * (plan * np.log(plan * n * m)).sum()
-
-
-def maximise_semi_dual(a, b, eps):
-    """Free potential vector v on the target points, maximised by L-BFGS in float64."""
-    a_t, b_t = torch.tensor(a), torch.tensor(b)
-    v = torch.zeros(len(b), dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([v], lr=1, max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14,
-                            history_size=50, line_search_fn="strong_wolfe")
-
-    def closure():
-        opt.zero_grad()
-        loss = -semi_dual(a_t, b_t, v, eps)
-        loss.backward()
-        return loss
-
-    for _ in range(5):
-        opt.step(closure)
-    return semi_dual(a_t, b_t, v.detach(), eps).item(), v.detach()
 
 
 def test_semi_dual_maximum_equals_the_kl_regularised_primal():

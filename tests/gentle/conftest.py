@@ -1,0 +1,24 @@
+"""Shared oracle helper for the GENTLE tests."""
+
+import torch
+
+from zoo.gentle.entropic import semi_dual
+
+
+def maximise_semi_dual(a, b, eps, term=semi_dual):
+    """Free potential vector v on the target points b, maximising the semi-dual by L-BFGS in float64; returns
+    `term` (the semi-dual itself, or e.g. its debiased form) at the maximiser, and v."""
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    v = torch.zeros(len(b), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([v], lr=1, max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14,
+                            history_size=50, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = -semi_dual(a, b, v, eps)
+        loss.backward()
+        return loss
+
+    for _ in range(5):
+        opt.step(closure)
+    return term(a, b, v.detach(), eps).item(), v.detach()
