@@ -255,7 +255,7 @@ PAPERS: dict[str, Paper] = {
             "3D Geometric Shape Assembly via Efficient Point Cloud Matching",
             _arxiv("2407.10542"),
             "github.com/NahyukLEE/pmtr",
-            status="in progress",
+            status="implemented",
             modules=("zoo.pmtr.PMTRModule",),
             datamodules=("datamodules.breaking_bad.BreakingBadDataModule",),
             configs=("pmtr_everyday", "pmtr_artifact", "pmtr_everyday_multi"),
