@@ -131,3 +131,29 @@ def test_cached_masks_equal_fresh_ones(make_net):
         back = sample_backward(env, None, traj.terminal_states)
         assert torch.equal(back.valid, t[: back.actions.shape[0]] < back.lengths[None, :])
         assert not back.is_stop.any()
+
+
+def test_backward_sampler_with_known_rows_draws_the_plain_trajectories(make_net):
+    """sample_backward(known=...): pi_B's rows looked up at states the forward costs evaluated, the network at the
+    rest; the same draws as the sampler evaluating the network at every step (float64), with states both inside and
+    outside the known set."""
+    from zoo.gfnpg.sampling import known_rows
+
+    env = Hypergrid(8, 2, R0=0.1)
+    pf = make_net(env.feature_dim, env.n_actions, seed=0)
+    pb = make_net(env.feature_dim, env.n_actions - 1, seed=1)
+    torch.manual_seed(0)
+    traj = sample_forward(env, pf, 64)
+    children = traj.states[1:][traj.valid & ~traj.is_stop]
+    _, logits = backward_log_probs(env, pb, traj, torch.float64, return_logits=True)
+    known = known_rows(env, children, logits)
+    x = torch.cat([traj.terminal_states, env.all_states()[-5:]])  # corner states: their paths leave the known set
+    torch.manual_seed(1)
+    plain = sample_backward(env, pb, x)
+    torch.manual_seed(1)
+    fast = sample_backward(env, pb, x, known=known)
+    assert torch.equal(fast.states, plain.states) and torch.equal(fast.actions, plain.actions)
+    visited = env.state_key(plain.states[:-1][plain.valid])
+    inside = torch.isin(visited, known[0])
+    assert inside.any() and (~inside).any()
+    assert known_rows(_NoKey(8, 2), children, logits) is None

@@ -156,7 +156,7 @@ def test_backward_update_reusing_pi_b_at_x_is_the_plain_update(monkeypatch, vari
     for name, model in (("new", new), ("old", old)):
         if name == "old":
             monkeypatch.setattr(module_mod, "sample_backward",
-                                lambda env, pb, x, first_logits=None: sampling.sample_backward(env, pb, x))
+                                lambda env, pb, x, first_logits=None, known=None: sampling.sample_backward(env, pb, x))
         opts = model.named_optimizers()
         torch.manual_seed(0)
         runs[name] = [model.train_iteration(opts) for _ in range(2)]

@@ -126,10 +126,12 @@ class Hypergrid(GFNEnv):
         return states > 0
 
     def step(self, states, actions):
-        return states.scatter_add(1, actions[:, None], torch.ones_like(actions[:, None]))
+        a = actions[:, None]
+        return states.scatter_add(1, a, torch.ones_like(a))
 
     def backward_step(self, states, actions):
-        return states.scatter_add(1, actions[:, None], -torch.ones_like(actions[:, None]))
+        a = actions[:, None]
+        return states.scatter_add(1, a, torch.full_like(a, -1))  # one op fewer per sampler step than -ones_like
 
     def reward(self, states: torch.Tensor) -> torch.Tensor:
         h1 = self.height - 1

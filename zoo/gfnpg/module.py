@@ -23,7 +23,7 @@ from zoo.gfnpg.envs import GFNEnv
 from zoo.gfnpg.exact import DEFAULT_MAX_STATES, StateGraph, exact_metrics
 from zoo.gfnpg.objectives import (LOG_REWARD_CLIP_MIN, actor_loss, advantages_and_targets, backward_tb_loss,
                                   critic_loss, db_loss, log_z_surrogate, rl_costs, subtb_loss, tb_loss)
-from zoo.gfnpg.sampling import (backward_log_probs, forward_log_probs, last_move_rows, mlp, net_output,
+from zoo.gfnpg.sampling import (backward_log_probs, forward_log_probs, known_rows, last_move_rows, mlp, net_output,
                                 policy_log_probs, sample_backward, sample_forward, state_values)
 from zoo.gfnpg.trpo import trpo_step
 from zoo.hub import HubMixin
@@ -246,17 +246,21 @@ class GFNPGModule(HubMixin, L.LightningModule):
         if self.pb is not None:
             # pi_B at x, evaluated above for the costs (pi_B has not moved since): the backward sampler's first step
             x_logits = pb_logits[last_move_rows(traj).clamp_min(0)] if pb_logits is not None else None
-            self._backward_policy_step(opts, traj.terminal_states, log_rewards, x_logits)
+            # and at every forward child: the backward sampler's later steps look their states up there
+            known = (known_rows(env, traj.states[1:][traj.valid & ~traj.is_stop], pb_logits)
+                     if pb_logits is not None else None)
+            self._backward_policy_step(opts, traj.terminal_states, log_rewards, x_logits, known)
         return costs.sum(0).mean()  # the estimate of KL + log Z - log Z*
 
     def _backward_policy_step(self, opts: dict, x: torch.Tensor, log_rewards: torch.Tensor,
-                              x_logits: Optional[torch.Tensor] = None) -> None:
+                              x_logits: Optional[torch.Tensor] = None, known=None) -> None:
         """pi_B's update on backward trajectories from the batch's terminal states ``x`` (official
-        ``B_update_model``); ``x_logits``: pi_B's masked logits at x where the forward costs already computed them."""
+        ``B_update_model``); ``x_logits``: pi_B's masked logits at x where the forward costs already computed them;
+        ``known``: the same at the forward children (``sampling.known_rows``), for the sampler's later steps."""
         env, hp = self.env, self.hparams
         guide = env.guide if hp.variant == "RL-G" else None
         with record_function("gfnpg/pi_B: sample backward trajectories"):
-            btraj = sample_backward(env, self.pb, x, first_logits=x_logits)
+            btraj = sample_backward(env, self.pb, x, first_logits=x_logits, known=known)
         valid = btraj.valid
         with record_function("gfnpg/pi_G: log-probs, no grad"), torch.no_grad():  # pi_G is a stop-gradient target
             log_pg = forward_log_probs(env, self.pf, btraj, guide=guide, distinct=True)

@@ -83,14 +83,13 @@ def _forced_backward(env: GFNEnv, net: nn.Module, states: torch.Tensor, mask: to
     no value, draw or gradient (tested against the network on every row); it spares the backward sampler and pi_B's
     passes the forced moves, a large share of the states near the grid's axes. Where every row is forced, a graph of
     zeros to the parameters keeps their gradients at 0 rather than None, so that Adam steps them as before."""
-    free = mask.sum(1) > 1
-    n_free = int(free.sum())
+    idx = (mask.sum(1) > 1).nonzero()[:, 0]  # the free rows (nonzero's length is their count: no separate sum)
+    n_free = len(idx)
     if n_free == len(states):
         return net_output(env, net, states, table)
     p = next(net.parameters())
     logits = torch.zeros(len(states), mask.shape[1], dtype=p.dtype, device=states.device)
     if n_free:
-        idx = free.nonzero()[:, 0]
         return logits.index_copy(0, idx, net_output(env, net, states[idx], table))
     if torch.is_grad_enabled() and p.requires_grad:
         logits = logits + sum(q.reshape(-1)[:1].sum() for q in net.parameters()) * 0.0
@@ -210,16 +209,44 @@ def sample_forward(env: GFNEnv, pf: Optional[nn.Module], n: int, device=None) ->
     return Trajectories(torch.stack(states), a, (a >= 0).sum(0), backward=False)
 
 
+def known_rows(env: GFNEnv, states: torch.Tensor, rows: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """(sorted distinct keys, one row of ``rows`` per key) for ``sample_backward(known=...)``: rows (e.g. pi_B's masked
+    logits) already computed at ``states``; ``None`` where the environment has no ``state_key`` or nothing is known."""
+    key = env.state_key(states) if len(states) else None
+    if key is None:
+        return None
+    keys, inverse = torch.unique(key, return_inverse=True)
+    first = torch.empty_like(keys).scatter_(0, inverse, torch.arange(len(inverse), device=inverse.device))
+    return keys, rows[first]
+
+
+def _known_or_evaluated(env: GFNEnv, pb: nn.Module, states: torch.Tensor, known: tuple[torch.Tensor, torch.Tensor],
+                        table: Optional[torch.Tensor]) -> torch.Tensor:
+    """pi_B's masked logits at ``states``: the known row where the state has one, the network at the others."""
+    keys, rows = known
+    key = env.state_key(states)
+    pos = torch.searchsorted(keys, key).clamp_max(len(keys) - 1)
+    logits = rows[pos]
+    miss = (keys[pos] != key).nonzero()[:, 0]
+    if len(miss):
+        logits = logits.index_copy(0, miss, policy_logits(env, pb, states[miss], backward=True, table=table))
+    return logits
+
+
 @torch.no_grad()
 def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor,
-                    first_logits: Optional[torch.Tensor] = None) -> Trajectories:
+                    first_logits: Optional[torch.Tensor] = None,
+                    known: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> Trajectories:
     """Backward trajectories from the terminal states ``x`` to s0 with pi_B (``None``: uniform). Their lengths are
     known in advance (the level of x), so the batch is walked in order of decreasing length: the trajectories still
     moving at step t are then a prefix (a view, no boolean indexing per step); the batch order is restored at the
     end. ``first_logits``: pi_B's masked logits at ``x`` (one row per x; rows of x = s0 are not read), where the
     caller already has them under the same parameters: RL-B evaluates pi_B at every child of the forward
     trajectories for their costs, x among them, and pi_B does not move before the backward update. The first step
-    then samples from those rows instead of evaluating pi_B at x a second time (the same logits, the same draws)."""
+    then samples from those rows instead of evaluating pi_B at x a second time (the same logits, the same draws).
+    ``known``: ``known_rows`` of pi_B's masked logits at more states under the same parameters (RL-B: every child of
+    the forward trajectories); later steps take a state's row from it and evaluate the network only at the others
+    (with fresh networks on the 256x256 grid, ~4 of ~75 network rows per batch; most steps need no network call)."""
     lengths = env.level(x)
     n, L = len(x), int(lengths.max()) if len(x) else 0
     order = torch.argsort(lengths, descending=True, stable=True)
@@ -232,6 +259,8 @@ def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor,
         s = states[t, :m]
         if t == 0 and first_logits is not None:
             logits = first_logits[order[:m]]
+        elif known is not None and pb is not None:
+            logits = _known_or_evaluated(env, pb, s, known, table)
         else:
             logits = policy_logits(env, pb, s, backward=True, table=table)
         a = sample_actions(logits)
