@@ -12,8 +12,9 @@ optimizer steps:
      ``no_sync()`` (entered in ``on_train_batch_start``, left in ``on_after_backward``), so ``.grad`` keeps the
      local g; one extra half-batch ``torch.autograd.grad`` gives g1, and for a loss that is the mean over the
      batch's B = n1 + n2 samples ``g2 = (B·g − n1·g1)/n2`` exactly. After the identification (in
-     ``on_after_backward``, still before the optimizer step and gradient clipping) the callback all-reduces the
-     local gradients itself: the mean over all ranks or, with ``exclude``, over the unflagged ones. Cost: one
+     ``on_after_backward``, still before the optimizer step and gradient clipping) the callback averages the
+     local gradients itself: the mean over all ranks or, with ``exclude``, over the unflagged ones, from every
+     rank's local gradient carried by the check's one gather (up to `GATHER_LOCAL_BYTES`, else a flat all-reduce). Cost: one
      half-batch forward/backward per check, and nothing on the other steps (DDP's own all-reduce runs there).
    * **two passes** (otherwise): ``torch.autograd.grad`` on each half, on the unwrapped module at the start of the
      step (DDP's reducer never sees these backward passes). Cost: about one full forward/backward per check.
@@ -72,6 +73,9 @@ from zoo.errors import ZooError
 
 PROJECTION_CHUNK = 1 << 20  # parameter entries per block of the random projection drawn at a time
 PROJECTION_CACHE_BYTES = 256 << 20  # a projection matrix up to this size is drawn once and kept
+# a one-pass check gathers every rank's local gradient with its split halves (one collective instead of a gather and
+# an all-reduce) while the gathered (world, params) float64 block stays under this size; above it, a flat all-reduce
+GATHER_LOCAL_BYTES = 64 << 20
 ONE_PASS_RTOL = 1e-4  # first-check test of g2 = (B·g − n1·g1)/n2 against the direct g2 (float32 rounding: ~1e-6)
 # training-mode modules under which a half's gradient is not the same function as in the full batch
 COUPLING_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
@@ -298,6 +302,7 @@ class ByzantineIdentification(Callback):
         self._verified = False  # the first one-pass check also computes g2 directly
         self._sync_off: Any = None  # DDP's no_sync() context, entered for a one-pass check step
         self._pending: Optional[tuple[Any, int]] = None  # (batch, step) of a one-pass check awaiting backward
+        self._out_dir: Optional[Path] = None  # the CSV directory, once created
 
     # -------------------------------------------------------------------------------------- set-up checks
     def _selected(self, pl_module: L.LightningModule) -> list[tuple[str, torch.nn.Parameter]]:
@@ -481,8 +486,12 @@ class ByzantineIdentification(Callback):
         verify = not self._verified
         g1, g2, n_half, mismatch = self.split_gradients_from_step(
             pl_module, batch, self.split_generator(step, trainer.global_rank), verify=verify)
-        self._identify(trainer, pl_module, batch, g1, g2, n_half, mismatch, step, from_step=True)
-        self._average_kept_gradient(pl_module)
+        grads = self._local_grads(pl_module)
+        if not grads or trainer.world_size * sum(g.numel() for g in grads) * 8 > GATHER_LOCAL_BYTES:
+            grads = None  # too large to gather: the flat all-reduce below
+        self._identify(trainer, pl_module, batch, g1, g2, n_half, mismatch, step, from_step=True, local=grads)
+        if grads is None:
+            self._average_kept_gradient(pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._sync_off is not None:  # training_step returned None: no backward, nothing to identify
@@ -502,33 +511,42 @@ class ByzantineIdentification(Callback):
         """The all-reduce that ``no_sync`` skipped: Σ_r weight_r · g_r over every trainable parameter (the mean, or
         the unflagged ranks' mean), written back into ``.grad`` before the optimizer. One flat all-reduce after the
         backward, without DDP's bucketed overlap of communication and computation."""
-        grads = [p.grad for p in pl_module.parameters() if p.requires_grad and p.grad is not None]
+        grads = self._local_grads(pl_module)
         flat = torch.cat([g.reshape(-1) for g in grads]).mul_(self._weight)
         dist.all_reduce(flat)
         for g, part in zip(grads, flat.split([g.numel() for g in grads])):
             g.copy_(part.view_as(g))
 
+    @staticmethod
+    def _local_grads(pl_module: L.LightningModule) -> list[torch.Tensor]:
+        return [p.grad for p in pl_module.parameters() if p.requires_grad and p.grad is not None]
+
     def _identify(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, g1: torch.Tensor,
-                  g2: torch.Tensor, n_half: int, mismatch: bool, step: int, from_step: bool) -> None:
+                  g2: torch.Tensor, n_half: int, mismatch: bool, step: int, from_step: bool,
+                  local: Optional[list[torch.Tensor]] = None) -> None:
+        """Gather, identify, log. With ``local`` (a one-pass check: this rank's unreduced ``.grad`` tensors) the same
+        gather carries every rank's local gradient, and the step's gradient average (the mean, or with ``exclude``
+        the unflagged ranks' mean) is formed from it here, in float64, instead of by a second collective."""
         rank, world = trainer.global_rank, trainer.world_size
-        # one gather: both halves, and (in a last column) this rank's half size and the one-pass test's outcome
+        d = g1.shape[0]
+        # one gather per check: both halves, this rank's half size and the one-pass test's outcome, and (with
+        # ``local``) this rank's local gradient, as one flat row
         extra = torch.tensor([float(n_half), float(mismatch)], dtype=torch.float64, device=g1.device)
-        row = torch.cat([torch.stack([g1, g2]), torch.stack([extra, extra])], dim=1)
-        gathered = trainer.strategy.all_gather(row).reshape(world, 2, -1).double().cpu()
-        n_half = int(gathered[:, 0, -2].min())
-        any_mismatch = bool(gathered[:, 0, -1].any())
+        parts = [g1, g2, extra] + ([g.reshape(-1).to(g1.device, torch.float64) for g in local] if local else [])
+        gathered = trainer.strategy.all_gather(torch.cat(parts)).reshape(world, -1).double().cpu()
+        n_half = int(gathered[:, 2 * d].min())
+        any_mismatch = bool(gathered[:, 2 * d + 1].any())
         if from_step:
             self._verified = True
             if any_mismatch:
-                bad = gathered[:, 0, -1].nonzero().flatten().tolist()
+                bad = gathered[:, 2 * d + 1].nonzero().flatten().tolist()
                 rank_zero_warn(f"ByzantineIdentification: on ranks {bad} g2 derived from the step's gradient differs "
                                "from the direct g2 (a loss that is not the batch mean, or randomness in the forward "
                                "pass); this check used the direct g2, and later checks use two passes")
                 self.one_pass = False
-        G1, G2 = gathered[:, 0, :-2], gathered[:, 1, :-2]
+        G1, G2 = gathered[:, :d], gathered[:, d: 2 * d]
         sigma0 = None
         if self.estimator == "filter":  # a tensor broadcast of the known (d, d) shape, not a pickled object
-            d = G1.shape[1]
             sigma0 = (covariance(self.per_sample_gradients(pl_module, batch).cpu()) if rank == self.trusted_rank
                       else torch.empty(d, d, dtype=torch.float64)).to(g1.device)
             dist.broadcast(sigma0, src=self.trusted_rank)
@@ -542,6 +560,14 @@ class ByzantineIdentification(Callback):
         self.flagged = [workers[i] for i in result.flagged.nonzero().flatten().tolist()]
         if self.action == "exclude":
             self._weight = 0.0 if rank in self.flagged else 1.0 / (world - len(self.flagged))
+        if local:  # Σ_r weight_r · g_r from the gathered local gradients (the all-reduce that no_sync skipped)
+            weights = torch.full((world,), 1.0 / world, dtype=torch.float64)
+            if self.action == "exclude":
+                weights.fill_(1.0 / (world - len(self.flagged)))
+                weights[self.flagged] = 0.0
+            mean = weights @ gathered[:, 2 * d + 2:]
+            for g, part in zip(local, mean.split([g.numel() for g in local])):
+                g.copy_(part.view_as(g))
         split = ("two passes" if not from_step else "direct g2 (the one-pass test failed)" if any_mismatch
                  else "one pass")
         record = {"step": step, "threshold": float(result.threshold), "flagged": list(self.flagged),
@@ -556,7 +582,9 @@ class ByzantineIdentification(Callback):
 
     def _write(self, trainer: L.Trainer, record: dict, G1: torch.Tensor, G2: torch.Tensor, W: torch.Tensor) -> None:
         out = Path(self.log_dir or trainer.default_root_dir) / "byzantine"
-        out.mkdir(parents=True, exist_ok=True)
+        if out != self._out_dir:  # created once per run, not at every check
+            out.mkdir(parents=True, exist_ok=True)
+            self._out_dir = out
         stem = out / f"step_{record['step']:06d}"
         with open(stem.with_suffix(".csv"), "w", newline="") as f:
             w = csv.writer(f)

@@ -23,7 +23,7 @@ from typing import Literal, Optional
 import numpy as np
 import torch
 
-from zoo.bymi.robust import (_filtering_mean_np, _geometric_median_np, filtering_mean, geometric_median, is_small,
+from zoo.bymi.robust import (_filtering_mean_np, _weiszfeld_np, filtering_mean, geometric_median, is_small,
                              mad, mad_np, trimmed_mean_1d)
 from zoo.bymi.threshold import knockoff_select, knockoff_threshold_np
 from zoo.errors import ZooError
@@ -166,16 +166,21 @@ def _bymi_np(g1, g2, g, alpha, estimator, ep, n_half, sigma0, master, offset, or
     """`bymi` of one small CPU problem (see `zoo.bymi.robust.is_small`) in numpy on the tensors' memory: the same
     steps as the torch path, without its per-op dispatch cost (3.7 → ~1 ms at 150 machines × 20 coordinates)."""
     A1, A2 = g1.numpy(), g2.numpy()
-    G = (A1 + A2) / 2 if g is None else g.numpy()
     M = A1.shape[0]
-    workers = np.delete(np.arange(M), master)
+    if g is None:
+        G = A1 + A2
+        G *= 0.5  # (g1 + g2) / 2, as the torch path rounds it
+    else:
+        G = g.numpy()
+    workers = np.arange(1, M) if master == 0 else np.delete(np.arange(M), master)
     if estimator in ("filter", "geom"):
-        centre = A1.mean(axis=0)
-        Xs = (A1 - centre) * math.sqrt(n_half)  # `scaled_rows`
+        centre = np.add.reduce(A1, axis=0) / M  # = A1.mean(axis=0), without np.mean's Python layer
+        Xs = A1 - centre
+        Xs *= math.sqrt(n_half)  # `scaled_rows`
         if estimator == "filter":
             mu_s = _filtering_mean_np(Xs, ep, sigma0.numpy(), max(1, math.floor(ep * M)))[0]
         else:
-            mu_s = _geometric_median_np(torch.from_numpy(Xs), 1e-10, 10000).numpy()
+            mu_s = _weiszfeld_np(Xs, 1e-10, 10000)
         mu = mu_s / math.sqrt(n_half) + centre
     elif estimator == "master":
         mu = G[master]
@@ -184,7 +189,12 @@ def _bymi_np(g1, g2, g, alpha, estimator, ep, n_half, sigma0, master, offset, or
     spread = mad_np(G, axis=0)
     if (spread <= 0).any():
         _zero_mad(np.flatnonzero(spread <= 0)[:5].tolist())
-    W = ((A1[workers] - mu) * (1.0 / spread) * (A2[workers] - mu)).sum(axis=-1)  # `split_scores`
+    # `split_scores` over all rows (no gathered copies of the workers' rows), then the master's score dropped
+    D1 = A1 - mu
+    D1 *= 1.0 / spread
+    D1 *= A2 - mu
+    W_all = D1.sum(axis=-1)
+    W = W_all[1:] if master == 0 else np.delete(W_all, master)
     L = knockoff_threshold_np(W, alpha, offset)
     return Identification(torch.from_numpy(W), torch.tensor(L, dtype=g1.dtype), torch.from_numpy(W >= L),
                           torch.from_numpy(workers), torch.from_numpy(np.array(mu)))
