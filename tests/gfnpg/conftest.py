@@ -41,3 +41,35 @@ def tiny_net(in_dim: int, out_dim: int, seed: int = 0, hidden: int = 8) -> torch
 @pytest.fixture
 def make_net():
     return tiny_net
+
+
+TINY = dict(batch_size=16, hidden_dim=16, n_hidden_layers=2, value_hidden_layers=1)
+
+
+def assert_same_iterations(variant: str, choose, guide: bool = False, iterations: int = 3) -> None:
+    """Two float64 models with the same weights on a 6×6 grid, `choose(True)` before the first runs `iterations`
+    training iterations and `choose(False)` before the second does the same from the same seed: the same metrics and
+    parameters (the log-probabilities are gathered in float32, hence the tolerance). `choose` switches between a
+    shortcut and the plain path it must equal."""
+    from datamodules.gfn_envs import GFNEnvDataModule
+    from zoo.gfnpg import GFNPGModule
+
+    dm = GFNEnvDataModule(env="hypergrid", height=6, ndim=2, R0=0.1, guide=guide)
+    dm.setup()
+    models = {k: GFNPGModule(variant=variant, **TINY) for k in (True, False)}
+    for m in models.values():
+        m.set_env(dm.env)
+        m.double()
+    models[False].load_state_dict(models[True].state_dict())
+    metrics = {}
+    for flag, model in models.items():
+        choose(flag)
+        opts = model.named_optimizers()
+        torch.manual_seed(0)
+        metrics[flag] = [model.train_iteration(opts) for _ in range(iterations)]
+    for a, b in zip(metrics[True], metrics[False]):
+        for k in a:
+            torch.testing.assert_close(torch.as_tensor(a[k]).double(), torch.as_tensor(b[k]).double(),
+                                       rtol=1e-5, atol=1e-6, msg=k)
+    for (name, a), b in zip(models[True].named_parameters(), models[False].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)

@@ -7,12 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from datamodules.gfn_envs import GFNEnvDataModule
-from zoo.gfnpg import GFNPGModule, Hypergrid
-from zoo.gfnpg.sampling import (backward_log_probs, distinct_states, forward_log_probs, mlp, policy_logits,
-                                sample_backward, sample_forward)
+from zoo.gfnpg import Hypergrid
+from zoo.gfnpg.sampling import (
+    backward_log_probs,
+    distinct_states,
+    forward_log_probs,
+    policy_logits,
+    sample_backward,
+    sample_forward,
+)
 
-TINY = dict(batch_size=16, hidden_dim=16, n_hidden_layers=2, value_hidden_layers=1)
+from .conftest import assert_same_iterations
 
 
 class _NoKey(Hypergrid):
@@ -64,27 +69,13 @@ def test_distinct_passes_give_the_plain_update(monkeypatch, variant):
     gathered in float32, hence the tolerance)."""
     import zoo.gfnpg.sampling as sampling
 
-    dm = GFNEnvDataModule(env="hypergrid", height=6, ndim=2, R0=0.1, guide=variant == "RL-G")
-    dm.setup()
-    models = {k: GFNPGModule(variant=variant, **TINY) for k in (True, False)}
-    for m in models.values():
-        m.set_env(dm.env)
-        m.double()
-    models[False].load_state_dict(models[True].state_dict())
     real = sampling.distinct_states
-    metrics = {}
-    for use, model in models.items():
+
+    def choose(use: bool) -> None:
         monkeypatch.setattr(sampling, "distinct_states",
                             real if use else lambda env, s: (s, torch.arange(len(s), device=s.device)))
-        opts = model.named_optimizers()
-        torch.manual_seed(0)
-        metrics[use] = [model.train_iteration(opts) for _ in range(3)]
-    for a, b in zip(metrics[True], metrics[False]):
-        for k in a:
-            torch.testing.assert_close(torch.as_tensor(a[k]).double(), torch.as_tensor(b[k]).double(),
-                                       rtol=1e-5, atol=1e-6, msg=k)
-    for (name, a), b in zip(models[True].named_parameters(), models[False].parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+    assert_same_iterations(variant, choose, guide=variant == "RL-G")
 
 
 def _old_advantages(costs, values, valid, lam):

@@ -10,7 +10,7 @@ from datamodules.gfn_envs import GFNEnvDataModule
 from zoo.errors import ZooError
 from zoo.gfnpg import VARIANTS, GFNPGModule
 
-TINY = dict(batch_size=16, hidden_dim=16, n_hidden_layers=2, value_hidden_layers=1)
+from .conftest import TINY, assert_same_iterations
 
 
 def _trainer(**kw):
@@ -193,22 +193,4 @@ def test_skipping_forced_backward_moves_is_the_plain_update(monkeypatch, variant
     the log-probabilities are gathered in float32, hence the tolerance)."""
     import zoo.gfnpg.sampling as sampling
 
-    dm = GFNEnvDataModule(env="hypergrid", height=6, ndim=2, R0=0.1)
-    dm.setup()
-    models = {k: GFNPGModule(variant=variant, **TINY) for k in (True, False)}
-    for m in models.values():
-        m.set_env(dm.env)
-        m.double()
-    models[False].load_state_dict(models[True].state_dict())
-    metrics = {}
-    for skip, model in models.items():
-        monkeypatch.setattr(sampling, "SKIP_FORCED_BACKWARD", skip)
-        opts = model.named_optimizers()
-        torch.manual_seed(0)
-        metrics[skip] = [model.train_iteration(opts) for _ in range(3)]
-    for a, b in zip(metrics[True], metrics[False]):
-        for k in a:
-            torch.testing.assert_close(torch.as_tensor(a[k]).double(), torch.as_tensor(b[k]).double(),
-                                       rtol=1e-5, atol=1e-6, msg=k)
-    for (name, a), b in zip(models[True].named_parameters(), models[False].parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    assert_same_iterations(variant, lambda skip: monkeypatch.setattr(sampling, "SKIP_FORCED_BACKWARD", skip))
