@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from zoo.bymi import bymi, faba, krum, removal_count, split_scores
-from zoo.bymi.robust import mad, trimmed_mean_1d
+from zoo.bymi.robust import trimmed_mean_1d
 from zoo.bymi.threshold import bh_reject, knockoff_threshold
 from zoo.errors import ZooError
 
