@@ -17,9 +17,14 @@ def _rigid(seed):
     return r, torch.randn(3, dtype=torch.float64)
 
 
+def contract(layer, y):
+    """[s, f, c, h] -> [s, o, c, h]: sum_f y[s, f, c, h] P[h, f, o] (the paper's proxy contraction, unfused)."""
+    return torch.einsum("sfch,hfo->soch", y, layer.proxy)
+
+
 def project(layer, x, linear):
     """The official order, X'[s, o, c, h] = sum_f (x W_h)[s, f, c] P[h, f, o] (the blocks fold it with the merge)."""
-    return layer.contract(layer.channel(x, linear))
+    return contract(layer, layer.channel(x, linear))
 
 
 def merge(layer, x, linear):
@@ -175,7 +180,7 @@ def test_merge_before_contraction_equals_the_official_order():
     torch.manual_seed(6)
     layer = ProxyMatchTransform(c_in=3, f_in=2, c_out=4, f_out=5, heads=3).double()
     y = torch.randn(6, 2, 4, 3, dtype=torch.float64)
-    torch.testing.assert_close(layer.contract_merge(y, layer.out_src), merge(layer, layer.contract(y), layer.out_src),
+    torch.testing.assert_close(layer.contract_merge(y, layer.out_src), merge(layer, contract(layer, y), layer.out_src),
                                rtol=1e-12, atol=1e-12)
 
 

@@ -38,10 +38,6 @@ class ProxyMatchTransform(nn.Module):
         """[s, f, c] -> (x W_h)[s, f, c, h], channel layout (c h) as the official code."""
         return linear(x).reshape(x.shape[0], x.shape[1], self.c_out, self.heads)
 
-    def contract(self, y: torch.Tensor) -> torch.Tensor:
-        """[s, f, c, h] -> [s, o, c, h]: sum_f y[s, f, c, h] P[h, f, o]."""
-        return torch.einsum("sfch,hfo->soch", y, self.proxy)
-
     def contract_merge(self, y: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
         """merge(contract(y)) without the [s, f', c, h] tensor: the head-merging Linear M (on (c h)) and the proxy
         (on f, per head) commute, sum_{c,h} M[k,c,h] sum_f y[s,f,c,h] P[h,f,o] = sum_{f,h} P[h,f,o] sum_c M[k,c,h]
@@ -127,7 +123,7 @@ class _ProxyChain(torch.autograd.Function):
     """One PMT layer up to its GroupNorm, for one cloud, keeping only its input for the backward.
 
     z[s, k, o] = sum_{f,h} P[h, f, o] sum_j att[s, j, h] u[j, f, k, h] + b[k],  u[j, f, k, h] = x[j, f, :] WM[h, :, k]
-    + bWM[h, k], with WM = the channel Linear composed with the head-merging Linear (`_composed`). The chain is linear
+    + bWM[h, k], with WM = the channel Linear composed with the head-merging Linear (`composed`). The chain is linear
     in x and the aggregation weights depend on the distances only, so the backward needs just x, the (n, K, h)
     weights and the small parameters: u and the aggregate are recomputed there (one einsum and K gathers) instead of
     autograd storing every (n, f, c, h) intermediate. Output laid out (n, k, o) so that GroupNorm (groups = k over o)
