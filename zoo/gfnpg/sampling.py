@@ -103,10 +103,16 @@ def distinct_states(env: GFNEnv, states: torch.Tensor) -> tuple[torch.Tensor, to
     key = env.state_key(states)
     if key is None:
         return torch.unique(states, dim=0, return_inverse=True)
-    keys, inverse = torch.unique(key, return_inverse=True)
-    # one representative row per key: any row of a group will do, they hold the same state
-    first = torch.empty_like(keys).scatter_(0, inverse, torch.arange(len(inverse), device=inverse.device))
+    _, inverse, first = _group_by_key(key)
     return states[first], inverse
+
+
+def _group_by_key(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sorted distinct keys, inverse with ``key == keys[inverse]``, one row index per key). Any row of a group will
+    do as its representative: the rows of a group hold the same state."""
+    keys, inverse = torch.unique(key, return_inverse=True)
+    first = torch.empty_like(keys).scatter_(0, inverse, torch.arange(len(inverse), device=inverse.device))
+    return keys, inverse, first
 
 
 def policy_logits(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
@@ -215,8 +221,7 @@ def known_rows(env: GFNEnv, states: torch.Tensor, rows: torch.Tensor) -> Optiona
     key = env.state_key(states) if len(states) else None
     if key is None:
         return None
-    keys, inverse = torch.unique(key, return_inverse=True)
-    first = torch.empty_like(keys).scatter_(0, inverse, torch.arange(len(inverse), device=inverse.device))
+    keys, _, first = _group_by_key(key)
     return keys, rows[first]
 
 
