@@ -487,11 +487,11 @@ class ByzantineIdentification(Callback):
         g1, g2, n_half, mismatch = self.split_gradients_from_step(
             pl_module, batch, self.split_generator(step, trainer.global_rank), verify=verify)
         grads = self._local_grads(pl_module)
-        if not grads or trainer.world_size * sum(g.numel() for g in grads) * 8 > GATHER_LOCAL_BYTES:
-            grads = None  # too large to gather: the flat all-reduce below
-        self._identify(trainer, pl_module, batch, g1, g2, n_half, mismatch, step, from_step=True, local=grads)
-        if grads is None:
-            self._average_kept_gradient(pl_module)
+        fits = bool(grads) and trainer.world_size * sum(g.numel() for g in grads) * 8 <= GATHER_LOCAL_BYTES
+        self._identify(trainer, pl_module, batch, g1, g2, n_half, mismatch, step, from_step=True,
+                       local=grads if fits else None)
+        if not fits:  # too large to gather: the flat all-reduce
+            self._average_kept_gradient(pl_module, grads)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._sync_off is not None:  # training_step returned None: no backward, nothing to identify
@@ -507,11 +507,12 @@ class ByzantineIdentification(Callback):
             self._sync_off.__exit__(None, None, None)
             self._sync_off = None
 
-    def _average_kept_gradient(self, pl_module: L.LightningModule) -> None:
+    def _average_kept_gradient(self, pl_module: L.LightningModule,
+                               grads: Optional[list[torch.Tensor]] = None) -> None:
         """The all-reduce that ``no_sync`` skipped: Σ_r weight_r · g_r over every trainable parameter (the mean, or
         the unflagged ranks' mean), written back into ``.grad`` before the optimizer. One flat all-reduce after the
         backward, without DDP's bucketed overlap of communication and computation."""
-        grads = self._local_grads(pl_module)
+        grads = self._local_grads(pl_module) if grads is None else grads
         flat = torch.cat([g.reshape(-1) for g in grads]).mul_(self._weight)
         dist.all_reduce(flat)
         for g, part in zip(grads, flat.split([g.numel() for g in grads])):

@@ -160,8 +160,8 @@ def geometric_median(X: torch.Tensor, tol: float = 1e-10, max_iter: int = 10000)
     (2000) step it intends: ``y ← (1 − η/r)⁺ T(y) + min(1, η/r) x_tie``, with η the number of points at y, x_tie
     their mean, T(y) the Weiszfeld map over the other points and r = ‖Σ_{x_i ≠ y} (x_i − y)/‖x_i − y‖‖.
     """
-    if is_small(X):
-        return _geometric_median_np(X, tol, max_iter)
+    if is_small(X):  # one small problem: the same iterates in numpy (see `_weiszfeld_np`)
+        return torch.from_numpy(_weiszfeld_np(X.numpy(), tol, max_iter))
     batched = X.dim() > 2
     y = X.mean(dim=-2)
     active = torch.ones(X.shape[:-2], dtype=torch.bool, device=X.device)
@@ -179,11 +179,6 @@ def geometric_median(X: torch.Tensor, tol: float = 1e-10, max_iter: int = 10000)
         if not bool(active.any()):
             break
     return y
-
-
-def _geometric_median_np(X: torch.Tensor, tol: float, max_iter: int) -> torch.Tensor:
-    """`geometric_median` of one problem in numpy (see `_weiszfeld_np`)."""
-    return torch.from_numpy(_weiszfeld_np(X.numpy(), tol, max_iter))
 
 
 def _weiszfeld_np(A: np.ndarray, tol: float, max_iter: int) -> np.ndarray:
