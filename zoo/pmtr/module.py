@@ -10,6 +10,7 @@ import torch
 
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
+from zoo.lm import linear_warmup_decay
 from zoo.pmtr.averaging import shonan_poses
 from zoo.pmtr.geometry import relative_pose
 from zoo.pmtr.metrics import multipart_metrics, pairwise_metrics
@@ -168,7 +169,7 @@ class PMTRModule(HubMixin, L.LightningModule):
         w = self.hparams.warmup_steps
         if w == 0:
             return opt
-        ramp = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / w))
+        ramp = torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(w, total_steps=w, decay=False))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": ramp, "interval": "step"}}
 
     def card_metadata(self) -> dict:
