@@ -63,16 +63,17 @@ def self_transport(a: torch.Tensor, epsilon: float = 1.0, cost: Cost = "sqeuclid
     """
     if epsilon <= 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    cost_matrix = ground_cost(a, a, cost)  # once: the fixed-point loop reads it detached, the value with its graph
     with torch.no_grad():
-        cost_matrix = ground_cost(a, a, cost)
+        fixed = cost_matrix.detach()
         v = torch.zeros_like(a)
         for _ in range(max_iter):
-            v_next = 0.5 * (v + c_transform(v, cost_matrix, epsilon))
+            v_next = 0.5 * (v + c_transform(v, fixed, epsilon))
             done = (v_next - v).abs().max() <= tol
             v = v_next
             if done:
                 break
-    return c_transform(v, ground_cost(a, a, cost), epsilon).mean(-1) + v.mean(-1)
+    return c_transform(v, cost_matrix, epsilon).mean(-1) + v.mean(-1)
 
 
 def debiased_semi_dual(a: torch.Tensor, b: torch.Tensor, v: torch.Tensor, epsilon: float = 1.0,
