@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from zoo.dpodiff.embedded import EMBEDDED_PROMPTS
+from datamodules.prompts import PromptsDataModule
 from zoo.dpodiff.optimize import DPOSettings, PromptProblem
 from zoo.dpodiff.spaces import build_space, nplib_candidates
 from zoo.dpodiff.stack import tiny_stack
@@ -31,9 +31,13 @@ from zoo.dpodiff.stack import tiny_stack
 # configs/smoke/dpodiff_improve_diffusiondb.yaml's stack and the sweep's sampler (10 steps, GPO at t = 3..5)
 STACK = {"seed": 0, "unet_channels": (8, 16), "vae_channels": (8, 8), "latent_size": 8, "hidden": 16, "layers": 1,
          "heads": 2, "clip_image_size": 16, "clip_patch": 8}
-# the prompts PromptsDataModule(source="embedded", max_prompts=3, seed=0) keeps (its seeded subset)
-SWEEP_PROMPTS = [EMBEDDED_PROMPTS[i] for i in np.sort(np.random.default_rng(0).choice(len(EMBEDDED_PROMPTS), 3,
-                                                                                      replace=False))]
+
+
+def sweep_prompts() -> list[str]:
+    """The prompts the sweep's datamodule keeps (its seeded subset of the embedded list)."""
+    dm = PromptsDataModule(source="embedded", max_prompts=3, seed=0)
+    dm.setup()
+    return [row["prompt"] for row in dm.rows]
 
 
 def expected_best(values: np.ndarray, n: int) -> float:
@@ -63,7 +67,7 @@ def main() -> None:
           + " | ".join(f"E best of {n} (random)" for n in a.budgets)
           + " | " + " | ".join(f"Spearman ρ (t={t})" for t in a.ts) + " |")
     print("|---" * (8 + len(a.budgets) + len(a.ts)) + "|", flush=True)
-    for prompt in SWEEP_PROMPTS[:a.prompts]:
+    for prompt in sweep_prompts()[:a.prompts]:
         space = build_space(prompt, "nplib", stack.tokenizer, nplib_candidates(), "improve", 5)
         for seed in a.seeds:
             t0 = time.process_time()

@@ -12,10 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from zoo.dpodiff.loss import clip_text_features
 from zoo.dpodiff.optimize import DPOSettings, PromptProblem
 from zoo.dpodiff.relax import gumbel_coefficients, init_log_coeffs
-from zoo.dpodiff.sampler import CHECKPOINTING, estimation_loss, text_embeds
+from zoo.dpodiff.sampler import CHECKPOINTING, estimation_loss
 from zoo.dpodiff.spaces import build_space
 from zoo.errors import ZooError
 
