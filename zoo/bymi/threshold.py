@@ -28,11 +28,11 @@ def knockoff_threshold(W: torch.Tensor, alpha: float, offset: int = 1) -> torch.
     official R code would also try t = 0. The counts are over all scores, so the result does not depend on the order
     of tied scores. ``offset=1`` is knockoff+ (FDR ≤ α); ``offset=0`` controls only a modified FDR.
     """
+    if W.dim() == 1 and W.device.type == "cpu" and not W.requires_grad:  # one problem: numpy's ops cost less
+        return torch.tensor(knockoff_threshold_np(W.numpy(), alpha, offset), dtype=W.dtype)  # (checks its args)
     _check_alpha(alpha)
     if offset not in (0, 1):
         raise ZooError(f"knockoff offset must be 0 or 1, got {offset}")
-    if W.dim() == 1 and W.device.type == "cpu" and not W.requires_grad:  # one problem: numpy's ops cost less
-        return torch.tensor(knockoff_threshold_np(W.numpy(), alpha, offset), dtype=W.dtype)
     m = W.shape[-1]
     sorted_W = W.sort(dim=-1).values.contiguous()
     t = W.abs().contiguous()
