@@ -249,11 +249,14 @@ class DAGEnv(GFNEnv):
     def all_states(self):
         return self.dags
 
-    def state_key(self, states):
+    def _code(self, states):
         return (states * self._bits.to(states.device)).sum(-1)  # the adjacency matrix as a binary number
 
+    def state_key(self, states):
+        return self._code(states)
+
     def state_index(self, states):
-        codes = (states * self._bits.to(states.device)).sum(-1)
+        codes = self._code(states)
         pos = torch.searchsorted(self._codes.to(states.device), codes).clamp_max(len(self._codes) - 1)
         if not torch.equal(self._codes.to(states.device)[pos], codes):
             raise ZooError("a state is not in the DAG list (the list does not hold every DAG of the environment)")

@@ -189,7 +189,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
         opts = self.optimizers()
         return dict(zip(self._opt_names, opts if isinstance(opts, list) else [opts]))
 
-    def _step(self, opt, loss: torch.Tensor, span: str = "gfnpg/update") -> None:
+    def _step(self, opt, loss: torch.Tensor, span: str) -> None:
         opt.zero_grad()
         with record_function(f"{span}: autograd backward"):
             if self._trainer is not None:
