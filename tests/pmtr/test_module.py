@@ -9,6 +9,7 @@ from scipy.spatial.transform import Rotation
 from zoo.errors import ZooError
 from zoo.pmtr import PMTRModule
 from zoo.pmtr.averaging import shonan_poses
+from zoo.pmtr.geometry import apply_transform
 
 TINY = dict(channels=[[8, 16], [16, 32, 32], [32, 64, 64]], output_dims=[32, 16], coarse_c=[8, 4, 2],
             coarse_f=[8, 16, 32], fine_c=[[8, 4, 2], [8, 4, 2]], fine_f=[[4, 8, 16], [2, 4, 8]], groups=4,
@@ -100,7 +101,6 @@ def test_without_fine_pmt_only_the_coarse_proxies_are_regularised():
 
 
 def test_match_quality_counts_inliers_and_overlapping_node_pairs_as_brute_force():
-    from zoo.pmtr.geometry import apply_transform
     from zoo.pmtr.model import PMTR
 
     torch.manual_seed(1)
@@ -143,3 +143,26 @@ def test_warmup_ramps_the_learning_rate_linearly_and_defaults_to_the_official_co
     assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
     with pytest.raises(ZooError, match="warmup_steps"):
         PMTRModule(**TINY, warmup_steps=-1)
+
+
+def test_gt_node_diagnostic_reuses_the_features_and_equals_a_separate_ground_truth_node_pass():
+    torch.manual_seed(0)
+    model = PMTRModule(**TINY).model.eval()
+    src = _sample()["parts"][0]
+    r, t = torch.tensor(Rotation.random(random_state=3).as_matrix(), dtype=torch.float32), torch.tensor([0.1, 0, 0])
+    trg = apply_transform(src, r, t)[:80]  # overlapping parts, so the ground-truth node pairs differ from the learnt
+    calls = []
+    model.backbone.register_forward_hook(lambda *a: calls.append(1))
+    with torch.no_grad():
+        torch.manual_seed(5)
+        both = model(src, trg, r, t, gt_nodes_diagnostic=True)
+        torch.manual_seed(5)
+        learnt, oracle = model(src, trg, r, t), model(src, trg, r, t, use_gt_nodes=True)
+    assert len(calls) == 3  # one backbone pass for both poses, then one per separate call
+    for a, b in ((both, learnt), (both.gt_nodes, oracle)):
+        torch.testing.assert_close(a.rotation, b.rotation, rtol=0, atol=0)
+        torch.testing.assert_close(a.translation, b.translation, rtol=0, atol=0)
+        assert a.num_correspondences == b.num_correspondences
+    assert float(both.gt_nodes.match_quality["inlier_ratio"]) == float(oracle.match_quality["inlier_ratio"])
+    assert not torch.equal(learnt.rotation, oracle.rotation)
+    assert model(src, trg).gt_nodes is None

@@ -28,6 +28,8 @@ class PMTROutput:
     num_correspondences: int
     # with a ground-truth pose: how good the matches the pose was solved from are (see `_match_quality`)
     match_quality: dict[str, torch.Tensor] = field(default_factory=dict)
+    # with `gt_nodes_diagnostic`: the pose solved from the ground-truth node pairs on the same features
+    gt_nodes: PMTROutput | None = None
 
 
 class PMTR(nn.Module):
@@ -68,9 +70,11 @@ class PMTR(nn.Module):
         return [layer.proxy for layer in layers]
 
     def forward(self, src: torch.Tensor, trg: torch.Tensor, gt_rotation: torch.Tensor | None = None,
-                gt_translation: torch.Tensor | None = None, use_gt_nodes: bool = False) -> PMTROutput:
+                gt_translation: torch.Tensor | None = None, use_gt_nodes: bool = False,
+                gt_nodes_diagnostic: bool = False) -> PMTROutput:
         """src (N, 3), trg (M, 3) posed parts; the ground-truth source->target pose, if given, yields the losses
-        (and, with `use_gt_nodes`, the training-time node pairs)."""
+        (and, with `use_gt_nodes`, the training-time node pairs). `gt_nodes_diagnostic` also solves the pose from the
+        ground-truth node pairs on the same features (`PMTROutput.gt_nodes`), without a second backbone pass."""
         with torch.no_grad():
             pyr = build_pyramid(src, trg, 3, self.voxel_size, self.kpconv_radius, self.neighbor_limits)
         n_src, _ = pyr.lengths[0]
@@ -89,40 +93,48 @@ class PMTR(nn.Module):
         src_fn, trg_fn = self.coarse_matcher(src_nds, trg_nds, f_nds[:m_src], f_nds[m_src:])
         src_fn, trg_fn = F.normalize(src_fn, dim=1), F.normalize(trg_fn, dim=1)
 
-        has_gt = gt_rotation is not None
+        has_gt, gt_nodes = gt_rotation is not None, None
         if has_gt:
             with torch.no_grad():
                 gt_idx, gt_ov = node_correspondences(src_nds, trg_nds, src_kp, trg_kp, gt_rotation, gt_translation,
                                                      self.matching_radius, src_nm, trg_nm, src_km, trg_km)
+                has_gt_nodes = bool((gt_ov > self.positive_overlap).any())
+                gt_nodes = (superpoint_targets(gt_idx, gt_ov, self.num_node_correspondences, self.positive_overlap)
+                            if has_gt_nodes and (use_gt_nodes or gt_nodes_diagnostic) else None)
         with torch.no_grad():
             si, ti, node_scores = superpoint_matching(src_fn, trg_fn, src_nm, trg_nm, self.num_node_correspondences)
             quality = {}
             if has_gt:  # the learnt node matches, before training swaps in the ground-truth pairs
                 quality["node_precision"] = self._node_precision(si, ti, gt_idx, len(trg_nds))
-            if use_gt_nodes and has_gt and (gt_ov > self.positive_overlap).any():
-                si, ti, node_scores = superpoint_targets(gt_idx, gt_ov, self.num_node_correspondences,
-                                                         self.positive_overlap)
+        learnt = (si, ti, node_scores)
 
-        # fine matching inside the matched node patches
-        src_f = torch.cat([src_fp, torch.zeros_like(src_fp[:1])])[src_ki[si]]
-        trg_f = torch.cat([trg_fp, torch.zeros_like(trg_fp[:1])])[trg_ki[ti]]
-        scores = torch.einsum("bnd,bmd->bnm", src_f, trg_f) / src_fp.shape[1] ** 0.5
-        log_plan = self.optimal_transport(scores, src_km[si], trg_km[ti])
-        # LGR fits target -> source in the official code (its "ref" is the source); we fit source -> target
-        rot, tr, (src_c, trg_c) = local_global_registration(src_kp[si], trg_kp[ti], src_km[si], trg_km[ti],
-                                                            log_plan[:, :-1, :-1].detach().exp(),
-                                                            return_correspondences=True, **self.lgr)
-        losses = {}
-        if has_gt:
-            with torch.no_grad():
-                quality.update(self._point_inliers(src_c, trg_c, gt_rotation, gt_translation))
-            c_loss = coarse_matching_loss(src_fn, trg_fn, gt_idx, gt_ov, self.positive_overlap)
-            f_loss = fine_matching_loss(log_plan, src_kp[si], trg_kp[ti], src_km[si], trg_km[ti], gt_rotation,
-                                        gt_translation, self.fine_positive_radius)
-            orth, zero = orthogonality_loss(self.proxies(), self.orth_scale)
-            losses = {"loss": c_loss + f_loss + orth + zero, "c_loss": c_loss, "f_loss": f_loss,
-                      "orth_loss": orth, "zero_loss": zero}
-        return PMTROutput(rot, tr, losses, node_scores, len(src_c), quality)
+        def solve(si, ti, node_scores, quality) -> PMTROutput:
+            """Fine matching inside the matched node patches, LGR, and (with a ground truth) the losses."""
+            src_f = torch.cat([src_fp, torch.zeros_like(src_fp[:1])])[src_ki[si]]
+            trg_f = torch.cat([trg_fp, torch.zeros_like(trg_fp[:1])])[trg_ki[ti]]
+            scores = torch.einsum("bnd,bmd->bnm", src_f, trg_f) / src_fp.shape[1] ** 0.5
+            log_plan = self.optimal_transport(scores, src_km[si], trg_km[ti])
+            # LGR fits target -> source in the official code (its "ref" is the source); we fit source -> target
+            rot, tr, (src_c, trg_c) = local_global_registration(src_kp[si], trg_kp[ti], src_km[si], trg_km[ti],
+                                                                log_plan[:, :-1, :-1].detach().exp(),
+                                                                return_correspondences=True, **self.lgr)
+            losses = {}
+            if has_gt:
+                with torch.no_grad():
+                    quality.update(self._point_inliers(src_c, trg_c, gt_rotation, gt_translation))
+                c_loss = coarse_matching_loss(src_fn, trg_fn, gt_idx, gt_ov, self.positive_overlap)
+                f_loss = fine_matching_loss(log_plan, src_kp[si], trg_kp[ti], src_km[si], trg_km[ti], gt_rotation,
+                                            gt_translation, self.fine_positive_radius)
+                orth, zero = orthogonality_loss(self.proxies(), self.orth_scale)
+                losses = {"loss": c_loss + f_loss + orth + zero, "c_loss": c_loss, "f_loss": f_loss,
+                          "orth_loss": orth, "zero_loss": zero}
+            return PMTROutput(rot, tr, losses, node_scores, len(src_c), quality)
+
+        diagnostic_quality = dict(quality)
+        out = solve(*(gt_nodes if use_gt_nodes and gt_nodes is not None else learnt), quality)
+        if gt_nodes_diagnostic and has_gt:  # as a call with use_gt_nodes=True: learnt pairs if no gt pair overlaps
+            out.gt_nodes = out if use_gt_nodes else solve(*(gt_nodes or learnt), diagnostic_quality)
+        return out
 
     @staticmethod
     def _node_precision(si, ti, gt_idx, n_trg: int) -> torch.Tensor:

@@ -110,7 +110,7 @@ class PMTRModule(HubMixin, L.LightningModule):
         src, trg = batch["parts"][0], batch["parts"][1]
         r_gt, t_gt = relative_pose(batch["gt_rotations"][0], batch["gt_translations"][0],
                                    batch["gt_rotations"][1], batch["gt_translations"][1])
-        out = self.model(src, trg, r_gt, t_gt, use_gt_nodes=stage == "train")
+        out = self.model(src, trg, r_gt, t_gt, use_gt_nodes=stage == "train", gt_nodes_diagnostic=stage == "test")
         metrics = pairwise_metrics(src, trg, out.rotation, out.translation, r_gt, t_gt)
         logs = {**{k: v.detach() for k, v in out.losses.items()}, **metrics, **out.match_quality}
         if stage == "test":
@@ -119,7 +119,7 @@ class PMTRModule(HubMixin, L.LightningModule):
             logs.update({f"identity_{k}": v for k, v in ident.items()})
             # diagnostic, not a result: the same model given the ground-truth node pairs (as in training), which
             # separates a failure of the learnt coarse matching from one of the fine matching + LGR
-            oracle = self.model(src, trg, r_gt, t_gt, use_gt_nodes=True)
+            oracle = out.gt_nodes
             gt_nodes = pairwise_metrics(src, trg, oracle.rotation, oracle.translation, r_gt, t_gt)
             logs.update({f"gtnodes_{k}": v for k, v in {**gt_nodes, **oracle.match_quality}.items()
                          if k != "node_precision"})
