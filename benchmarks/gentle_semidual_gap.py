@@ -24,9 +24,8 @@ from zoo.gentle.entropic import self_transport, semi_dual
 
 def load_run(run: Path) -> tuple[GENTLEModule, ConditionalDataModule]:
     config = yaml.safe_load((run / "config.yaml").read_text())
-    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
-    model = GENTLEModule(**{k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")})
-    model.load_state_dict(ckpt["state_dict"], strict=False)
+    # the public loader: hyper-parameters, weights, standardisation buffers and GDA anchors, all keys checked
+    model = GENTLEModule.load_from_checkpoint(run / "checkpoints" / "last.ckpt", map_location="cpu")
     data = dict(config["data"]["init_args"])
     data["seed"] = data.get("seed") if data.get("seed") is not None else config["seed_everything"]
     return model, ConditionalDataModule(**data)

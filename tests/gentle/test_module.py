@@ -113,6 +113,35 @@ def test_debias_changes_only_the_generators_gradient():
     trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0).fit(model, datamodule=dm)
 
 
+def test_gradient_norms_are_the_closed_form_gradients_and_their_cosine():
+    from zoo.gentle.gda import gradient_norms
+
+    w = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64, requires_grad=True)
+    x = torch.tensor([0.3, 0.1, -1.0], dtype=torch.float64)
+    out = gradient_norms({"fit": (w @ x) ** 2, "ot": w.sum()}, [w])
+    g_fit, g_ot = 2 * (w @ x).detach() * x, torch.ones(3, dtype=torch.float64)  # ∇(w·x)² = 2(w·x)x, ∇Σw = 1
+    torch.testing.assert_close(out["fit"], g_fit.norm())
+    torch.testing.assert_close(out["ot"], g_ot.norm())
+    torch.testing.assert_close(out["cos"], (g_fit @ g_ot) / (g_fit.norm() * g_ot.norm()))
+    assert w.grad is None  # nothing accumulated
+
+
+def test_gradient_norm_logging_leaves_the_training_step_unchanged():
+    params = {}
+    for diagnose in (False, True):
+        L.seed_everything(3, verbose=False)
+        model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=10, log_grad_norms=diagnose)
+        t = trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0)
+        t.fit(model, datamodule=tiny_data(batch_size=6))
+        params[diagnose] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    torch.testing.assert_close(params[True], params[False], rtol=0, atol=0)
+    logged = t.callback_metrics
+    assert {"train/grad_fit", "train/grad_ot", "train/grad_prox", "train/grad_cos"} <= set(logged)
+    # second step: θ - θ̄ = (1 - β)(θ1 - θ0) after the first anchor update, so the proximal pull is non-zero
+    assert logged["train/grad_fit"] > 0 and logged["train/grad_ot"] > 0 and logged["train/grad_prox"] > 0
+    assert -1 <= logged["train/grad_cos"] <= 1
+
+
 def test_evaluation_logs_wd_and_ks_and_samples_are_destandardised():
     L.seed_everything(2, verbose=False)
     dm = tiny_data()
@@ -208,6 +237,8 @@ def test_one_line_errors():
         GENTLEModule(epsilon=0.0)
     with pytest.raises(ZooError, match="debias='yes': use true or false"):
         GENTLEModule(debias="yes")
+    with pytest.raises(ZooError, match="log_grad_norms=1: use true or false"):
+        GENTLEModule(log_grad_norms=1)
     with pytest.raises(ZooError, match="critic_steps=1"):
         CWGANModule(critic_steps=1)
     with pytest.raises(ZooError, match="model x_dim=2 but the toy1 data have 3"):

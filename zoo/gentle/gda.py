@@ -63,3 +63,19 @@ def smoothed_gda_step(
     update_anchors(max_anchors, max_params, mu)
     return {"min_loss": f.detach(), "max_objective": g.detach(), "prox_min": prox_min.detach(),
             "prox_max": prox_max.detach()}
+
+
+def gradient_norms(terms: dict[str, torch.Tensor], params: Params) -> dict[str, torch.Tensor]:
+    """‖∇ term‖ over `params` for each named term of one player's loss, and the cosine between the first two: a
+    diagnostic of which force moves the player (GENTLE: the fit term against λR). The graph is kept, so the step's
+    own backward still runs on it afterwards; nothing is accumulated into `.grad`."""
+    params = list(params)
+    grads = {}
+    for name, term in terms.items():
+        g = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+        grads[name] = torch.cat([(torch.zeros_like(p) if gi is None else gi).flatten() for p, gi in zip(params, g)])
+    out = {name: g.norm().detach() for name, g in grads.items()}
+    first, second = list(grads.values())[:2] if len(grads) >= 2 else (None, None)
+    if first is not None:
+        out["cos"] = torch.nn.functional.cosine_similarity(first, second, dim=0).detach()
+    return out

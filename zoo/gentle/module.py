@@ -21,7 +21,7 @@ import torch
 from zoo.errors import ZooError
 from zoo.gentle.baselines import CWGANCritic, CWGANGenerator, gradient_penalty
 from zoo.gentle.entropic import debiased_semi_dual, semi_dual
-from zoo.gentle.gda import make_anchors, smoothed_gda_step
+from zoo.gentle.gda import gradient_norms, make_anchors, proximal_penalty, smoothed_gda_step
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
 from zoo.gentle.neighbours import mst_neighbours
@@ -131,6 +131,10 @@ class GENTLEModule(ConditionalGeneratorModule):
         cost: ground cost of the OT term in both players' steps (see the card: the official generator step uses
             the squared distance, its potential step the absolute one).
         n_eval_samples: draws per evaluation covariate for WD/KS (no official evaluation script; ours).
+        log_grad_norms: diagnostic, ours (default False): log the generator's gradient norms of L_fit
+            (``train/grad_fit``), of λR (``train/grad_ot``) and of the proximal term (``train/grad_prox`` =
+            r1‖θ - θ̄‖), and the cosine of the first two (``train/grad_cos``), every step. Two extra backward
+            passes per step; the update is unchanged.
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class GENTLEModule(ConditionalGeneratorModule):
         n_u: int = 500,
         cost: Literal["sqeuclidean", "euclidean"] = "sqeuclidean",
         n_eval_samples: int = 1000,
+        log_grad_norms: bool = False,
     ):
         super().__init__(x_dim, n_eval_samples)
         self.save_hyperparameters()
@@ -160,8 +165,9 @@ class GENTLEModule(ConditionalGeneratorModule):
         for name, ok in checks.items():
             if not ok:
                 raise ZooError(f"GENTLE {name}={getattr(self.hparams, name)} is not allowed: it must be {allowed[name]}")
-        if not isinstance(debias, bool):
-            raise ZooError(f"GENTLE debias={debias!r}: use true or false")
+        for name, flag in (("debias", debias), ("log_grad_norms", log_grad_norms)):
+            if not isinstance(flag, bool):
+                raise ZooError(f"GENTLE {name}={flag!r}: use true or false")
         if cost not in ("sqeuclidean", "euclidean"):
             raise ZooError(f"GENTLE cost={cost!r}: use 'sqeuclidean' or 'euclidean'")
         self.automatic_optimization = False
@@ -234,13 +240,25 @@ class GENTLEModule(ConditionalGeneratorModule):
         grid, cdf = self.cdf_grid[idx], self.cdf_values[idx]
         parts: dict[str, torch.Tensor] = {}
 
+        def grad_norms(l_fit: torch.Tensor, ot: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+            mapping = list(self.mapping.parameters())
+            terms = {"grad_fit": l_fit} if ot is None else {"grad_fit": l_fit, "grad_ot": ot}
+            norms = gradient_norms(terms, mapping)
+            # ∇ (r1/2)‖θ - θ̄‖² = r1 (θ - θ̄), evaluated before this step, as the generator's loss is
+            norms["grad_prox"] = hp.r1 * proximal_penalty(mapping, self.anchors["mapping"]).detach().sqrt()
+            return {k if k.startswith("grad_") else f"grad_{k}": v for k, v in norms.items()}
+
         def generator_loss() -> torch.Tensor:
             u = torch.rand(len(idx), hp.n_u, device=self.device)
             a = self.T(u, x_i)
             parts["l_fit"] = (u - interpolate_cdf(grid, cdf, a)).square().mean()
             if hp.lambda_ot == 0:
+                if hp.log_grad_norms:
+                    parts.update(grad_norms(parts["l_fit"]))
                 return parts["l_fit"]
             parts["reg_generator"] = self.ot_term(a, x_j)
+            if hp.log_grad_norms:  # is the OT term's pull on θ comparable to the fit term's? (cards/gentle.md)
+                parts.update(grad_norms(parts["l_fit"], hp.lambda_ot * parts["reg_generator"]))
             return parts["l_fit"] + hp.lambda_ot * parts["reg_generator"]
 
         def potential_objective() -> torch.Tensor:
@@ -261,6 +279,9 @@ class GENTLEModule(ConditionalGeneratorModule):
         self.log("train/l_fit", parts["l_fit"].detach(), batch_size=n)
         if "reg" in parts:
             self.log("train/reg", parts["reg"].detach(), batch_size=n)
+        for name in ("grad_fit", "grad_ot", "grad_prox", "grad_cos"):
+            if name in parts:
+                self.log(f"train/{name}", parts[name], batch_size=n)
         self.log("train/prox_mapping", out["prox_min"], batch_size=n)
         self.log("train/prox_potential", out["prox_max"], batch_size=n)
 
