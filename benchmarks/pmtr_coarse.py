@@ -156,15 +156,16 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--nodes", type=int, nargs="*", default=None)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=None, help="timed repetitions (default 5; 2 with --quick)")
     ap.add_argument("--large-reps", type=int, default=None,
                     help="timed repetitions above 1024 nodes (default: --reps; CPU MHA at 4096 nodes is minutes a step)")
     ap.add_argument("--layers", type=int, default=1, help="self+cross layers of the attention block")
     ap.add_argument("--geo-max-nodes", type=int, default=None,
                     help="skip MHA+geo above this many nodes (its (n, n, d) embedding costs n^2 d^2 FLOPs; CPU: 512)")
-    ap.add_argument("--quick", action="store_true", help="64-d widths (c=[16, 8, 4], f=[4, 8, 16]), 32/64 nodes")
+    ap.add_argument("--quick", action="store_true", help="64-d widths (c=[16, 8, 4], f=[4, 8, 16]), 32/64 nodes, 2 reps")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    args.reps = args.reps or (2 if args.quick else 5)
     count_cpu_attention_flops()
     if args.quick:
         c, f, d = [16, 8, 4], [4, 8, 16], 64

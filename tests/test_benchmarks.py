@@ -71,7 +71,7 @@ def test_cruxeval_scoring(tmp_path):
 @pytest.mark.timeout(660)
 def test_unlearning_el_rows_agree_with_the_reference_loop():
     # about 20 s alone; the limits are hang guards for a machine shared with other jobs
-    out = run("unlearning_el.py", "--hidden", "32", "--vocab", "256", "--seq-len", "24", "--num-seqs", "2",
+    out = run("unlearning_el.py", "--hidden", "32", "--vocab", "256", "--seq-len", "12", "--num-seqs", "2",
               "--memorize-steps", "5", "30", timeout=600)
     rows = table_rows(out)[1:]
     assert len(rows) == 9 and {r[0] for r in rows} == {"fresh (unseen-like)", "partly memorized", "memorized"}
