@@ -30,8 +30,9 @@ optimizer steps:
 3. every rank runs the same `zoo.bymi.bymi` (same inputs, same result): W per worker rank, the knockoff+ threshold
    and the flagged ranks. Rank 0 sends them straight to the trainer's loggers (``byzantine/W/rank<r>``,
    ``byzantine/threshold``, ``byzantine/n_flagged`` at the global step; ``LightningModule.log``'s result
-   collection was the largest single item of a check's CPU profile) and writes
-   ``<run dir>/byzantine/step_<N>.csv``.
+   collection was the largest single item of a check's CPU profile) and appends the check's rows (step, rank, W,
+   flagged, threshold) to ``<run dir>/byzantine/checks.csv``, a file kept open for the run and flushed after every
+   check (so a crash right after a check still leaves its rows).
 4. With ``action="exclude"`` the gradient is averaged over the unflagged ranks only (a flagged rank weighted 0, the
    others 1/#unflagged) from that step until the next check: with one pass, those steps also run under
    ``no_sync`` and the callback all-reduces after the backward (DDP's built-in all-reduce runs on the others);
@@ -59,6 +60,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import lightning.pytorch as L
+import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
@@ -76,6 +78,7 @@ PROJECTION_CACHE_BYTES = 256 << 20  # a projection matrix up to this size is dra
 # a one-pass check gathers every rank's local gradient with its split halves (one collective instead of a gather and
 # an all-reduce) while the gathered (world, params) float64 block stays under this size; above it, a flat all-reduce
 GATHER_LOCAL_BYTES = 64 << 20
+CHECKS_CSV = "checks.csv"  # every check's rows (step, rank, W, flagged, threshold) in the run dir's byzantine/
 ONE_PASS_RTOL = 1e-4  # first-check test of g2 = (B·g − n1·g1)/n2 against the direct g2 (float32 rounding: ~1e-6)
 # training-mode modules under which a half's gradient is not the same function as in the full batch
 COUPLING_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
@@ -98,30 +101,38 @@ def split_batch(batch: Any, generator: torch.Generator, stratify: bool = True, l
     n = len(next(iter(tensors.values())))
     if n < 2:
         raise ZooError(f"a batch of {n} sample cannot be split in two halves")
-    keys = torch.rand(n, generator=generator, dtype=torch.float64)
+    # the split's random keys from the check's own generator; the index arithmetic in numpy (a dozen tiny ops: ~5 µs
+    # each there against ~20-40 µs as torch ops, most of a check's former 0.6-0.9 ms split)
+    keys = torch.rand(n, generator=generator, dtype=torch.float64).numpy()
     if stratify:
         if label_index not in tensors:
             raise ZooError(f"stratify=True but the batch has no element {label_index!r} with labels")
-        y = tensors[label_index].reshape(-1).long().cpu()
-        classes, counts = torch.unique(y, return_counts=True)
-        if bool((counts == 1).any()):
-            c = int(classes[counts == 1][0])
+        y = tensors[label_index].reshape(-1).long().cpu().numpy()
+        order = np.argsort(y * 2 + keys)  # by class, random within class (keys in [0, 1): no ties across classes)
+        sorted_y = y[order]
+        first = np.empty(n, dtype=bool)  # the first position of each class in the sorted order
+        first[0] = True
+        np.not_equal(sorted_y[1:], sorted_y[:-1], out=first[1:])
+        start = np.flatnonzero(first)
+        counts = np.empty_like(start)  # np.diff(start, append=n), without its broadcasting layer
+        np.subtract(start[1:], start[:-1], out=counts[:-1])
+        counts[-1] = n - start[-1]
+        if (counts == 1).any():
+            c = int(sorted_y[start[counts == 1][0]])
             raise ZooError(f"the batch has a single sample of class {c}, so a stratified half split would leave it "
                            "out of one half; use larger batches or stratify=False")
-        order = torch.argsort(y.double() * 2 + keys)  # by class, random within class
-        sorted_y = y[order]
-        start = torch.cumsum(counts, 0) - counts
-        rank = torch.arange(n) - start[torch.searchsorted(classes, sorted_y)]
-        odd = counts % 2 == 1
-        extra = ((torch.cumsum(odd.long(), 0) - odd.long()) % 2) * odd.long()
-        second = rank < (counts // 2 + extra)[torch.searchsorted(classes, sorted_y)]
-        idx2, idx1 = order[second].sort().values, order[~second].sort().values
+        cls = np.cumsum(first) - 1  # each sorted position's class index
+        odd = counts % 2
+        extra = ((np.cumsum(odd) - odd) % 2) * odd  # odd classes' extra sample alternates: D1, D2, D1, ...
+        second = (np.arange(n) - start[cls]) < (counts // 2 + extra)[cls]
+        idx2, idx1 = np.sort(order[second]), np.sort(order[~second])
     else:
-        order = torch.argsort(keys)
-        idx1, idx2 = order[n // 2:].sort().values, order[: n // 2].sort().values
+        order = np.argsort(keys)
+        idx1, idx2 = np.sort(order[n // 2:]), np.sort(order[: n // 2])
+    idx1, idx2 = torch.from_numpy(idx1), torch.from_numpy(idx2)
 
     def take(idx):
-        out = {k: v[idx.to(v.device)] for k, v in tensors.items()}
+        out = {k: v.index_select(0, idx if v.device.type == "cpu" else idx.to(v.device)) for k, v in tensors.items()}
         if isinstance(batch, dict):
             return out
         return type(batch)(out[i] for i in range(len(batch)))
@@ -269,7 +280,7 @@ class ByzantineIdentification(Callback):
             stratify, label_index: split the batch stratified by the integer labels at this index/key.
             sigma0_samples: per-sample gradients of the trusted rank used for Σ₀ (filter only).
             split_seed: seed of the half splits (a stream per rank and step, independent of training).
-            save_tensors: also save the gathered g1, g2 and W as safetensors next to each CSV.
+            save_tensors: also save each check's gathered g1, g2 and W as ``byzantine/step_<N>.safetensors``.
             max_dim: largest gradient dimension accepted (Σ₀ and the spectral filter are dim × dim).
             log_dir: where ``byzantine/`` goes (default: the trainer's root dir, the zoo run dir).
             reuse_step_gradient: derive g2 from the training step's own local gradient where that is exact (one
@@ -303,6 +314,11 @@ class ByzantineIdentification(Callback):
         self._sync_off: Any = None  # DDP's no_sync() context, entered for a one-pass check step
         self._pending: Optional[tuple[Any, int]] = None  # (batch, step) of a one-pass check awaiting backward
         self._out_dir: Optional[Path] = None  # the CSV directory, once created
+        self._csv_file: Any = None  # byzantine/checks.csv, open from the first check to teardown
+        self._csv: Any = None
+        self._dim = 0  # the identification's dimension (projection_dim or the selected parameters' size)
+        self._row_buf: Optional[torch.Tensor] = None  # the check's gather row, kept between checks
+        self._gather_buf: Optional[torch.Tensor] = None  # (world, row) receive buffer, kept between checks
 
     # -------------------------------------------------------------------------------------- set-up checks
     def _selected(self, pl_module: L.LightningModule) -> list[tuple[str, torch.nn.Parameter]]:
@@ -349,7 +365,7 @@ class ByzantineIdentification(Callback):
             raise ZooError(f"the trusted rank {self.trusted_rank} cannot be attacked")
         params = self._selected(pl_module)
         self._names, self._params = [n for n, _ in params], [p for _, p in params]
-        dim = self.projection_dim or sum(p.numel() for _, p in params)
+        dim = self._dim = self.projection_dim or sum(p.numel() for _, p in params)
         if dim > self.max_dim:
             raise ZooError(f"the identification would work on {dim}-dimensional gradients (> max_dim={self.max_dim}); "
                            "set projection_dim or restrict `parameters`")
@@ -397,10 +413,13 @@ class ByzantineIdentification(Callback):
         """The half split's own random stream at a check: one per step and rank, independent of training."""
         return torch.Generator().manual_seed(self.split_seed * 1_000_003 + 7919 * (step + 1) + rank)
 
-    def _half_gradient(self, pl_module: L.LightningModule, half: Any) -> torch.Tensor:
+    def _half_gradient(self, pl_module: L.LightningModule, half: Any, out: Optional[torch.Tensor] = None
+                       ) -> torch.Tensor:
+        """The flat float64 gradient of the module's loss on ``half`` (written into ``out`` when given)."""
         params = self._params or [p for _, p in self._selected(pl_module)]
         grads = torch.autograd.grad(module_loss(pl_module, half), params, allow_unused=True, materialize_grads=True)
-        return torch.cat([g.reshape(-1) for g in grads]).double()
+        flat = [g.reshape(-1) for g in grads]
+        return torch.cat(flat).double() if out is None else torch.cat(flat, out=out)  # cat casts into out's dtype
 
     def split_gradients(self, pl_module: L.LightningModule, batch: Any, generator: torch.Generator
                         ) -> tuple[torch.Tensor, torch.Tensor, int, Any]:
@@ -411,23 +430,35 @@ class ByzantineIdentification(Callback):
         return out[0], out[1], min(_batch_len(b1), _batch_len(b2)), b1
 
     def split_gradients_from_step(self, pl_module: L.LightningModule, batch: Any, generator: torch.Generator,
-                                  verify: bool = False) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
+                                  verify: bool = False, out: Optional[torch.Tensor] = None
+                                  ) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
         """(g1, g2, n_half, mismatch) by one pass: g1 by autograd on D1, g2 = (B·g − n1·g1)/n2 from the local
         gradient g of the step's mean loss over B = n1 + n2 samples (this rank's unreduced ``.grad``). With
-        ``verify``, g2 is also computed directly; mismatch = they differ, and then the direct g2 is returned."""
+        ``verify``, g2 is also computed directly; mismatch = they differ, and then the direct g2 is returned.
+        ``out`` (2, dim) float64: written in place (the check's gather row), g1 and g2 are its rows."""
         b1, b2 = split_batch(batch, generator, self.stratify, self.label_index)
         n1, n2 = _batch_len(b1), _batch_len(b2)
-        g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self._params])
-        g1 = self._half_gradient(pl_module, b1)
-        g2 = ((n1 + n2) * g.double() - n1 * g1) / n2
+        D = sum(p.numel() for p in self._params)
+        direct_rows = self.projection_dim is None and out is not None
+        pair = out if direct_rows else torch.empty(2, D, dtype=torch.float64, device=self._params[0].device)
+        g1, g2 = pair[0], pair[1]
+        torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in self._params],
+                  out=g2)  # the local g, in float64
+        self._half_gradient(pl_module, b1, out=g1)
+        g2.mul_(n1 + n2).sub_(g1 * n1).div_(n2)  # ((n1 + n2)·g − n1·g1)/n2, op for op (the same rounding)
         mismatch = False
         if verify:
             direct = self._half_gradient(pl_module, b2)
             mismatch = bool((g2 - direct).norm() > ONE_PASS_RTOL * direct.norm() + 1e-30)
-            g2 = direct if mismatch else g2
-        out = self._project(torch.stack([g1, g2]))
-        check_finite(f"rank {pl_module.global_rank}'s split-half gradients", out)
-        return out[0], out[1], min(n1, n2), mismatch
+            if mismatch:
+                g2.copy_(direct)
+        if not direct_rows:
+            pair = self._project(pair)
+            if out is not None:
+                out.copy_(pair)
+                pair = out
+        check_finite(f"rank {pl_module.global_rank}'s split-half gradients", pair)
+        return pair[0], pair[1], min(n1, n2), mismatch
 
     def per_sample_gradients(self, pl_module: L.LightningModule, batch: Any) -> torch.Tensor:
         """The trusted rank's per-sample gradients (n, dim) for Σ₀: a vmap over samples when the module allows it,
@@ -473,7 +504,9 @@ class ByzantineIdentification(Callback):
             self._skip_sync(trainer)
             return
         g1, g2, n_half, _ = self.split_gradients(pl_module, batch, self.split_generator(step, trainer.global_rank))
-        self._identify(trainer, pl_module, batch, g1, g2, n_half, False, step, from_step=False)
+        row = self._row(2 * g1.shape[0] + 2, g1.device)
+        row[: 2 * g1.shape[0]].view(2, -1).copy_(torch.stack([g1, g2]))
+        self._identify(trainer, pl_module, batch, row, g1.shape[0], n_half, False, step, from_step=False)
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._pending is None:
@@ -484,11 +517,18 @@ class ByzantineIdentification(Callback):
         (batch, step), self._pending = self._pending, None
         self._restore_sync()
         verify = not self._verified
-        g1, g2, n_half, mismatch = self.split_gradients_from_step(
-            pl_module, batch, self.split_generator(step, trainer.global_rank), verify=verify)
         grads = self._local_grads(pl_module)
-        fits = bool(grads) and trainer.world_size * sum(g.numel() for g in grads) * 8 <= GATHER_LOCAL_BYTES
-        self._identify(trainer, pl_module, batch, g1, g2, n_half, mismatch, step, from_step=True,
+        n_local = sum(g.numel() for g in grads)
+        fits = bool(grads) and trainer.world_size * n_local * 8 <= GATHER_LOCAL_BYTES
+        d = self._dim
+        # one preallocated float64 row per check, filled in place: [g1 | g2 | n_half, mismatch | local gradient]
+        row = self._row(2 * d + 2 + (n_local if fits else 0), self._params[0].device)
+        _, _, n_half, mismatch = self.split_gradients_from_step(
+            pl_module, batch, self.split_generator(step, trainer.global_rank), verify=verify,
+            out=row[: 2 * d].view(2, d))
+        if fits:
+            torch.cat([g.reshape(-1) for g in grads], out=row[2 * d + 2:])
+        self._identify(trainer, pl_module, batch, row, d, n_half, mismatch, step, from_step=True,
                        local=grads if fits else None)
         if not fits:  # too large to gather: the flat all-reduce
             self._average_kept_gradient(pl_module, grads)
@@ -522,19 +562,37 @@ class ByzantineIdentification(Callback):
     def _local_grads(pl_module: L.LightningModule) -> list[torch.Tensor]:
         return [p.grad for p in pl_module.parameters() if p.requires_grad and p.grad is not None]
 
-    def _identify(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, g1: torch.Tensor,
-                  g2: torch.Tensor, n_half: int, mismatch: bool, step: int, from_step: bool,
+    def _row(self, length: int, device: torch.device) -> torch.Tensor:
+        """The check's gather row (float64, kept between checks: allocated again only if its size changes)."""
+        if self._row_buf is None or self._row_buf.numel() != length or self._row_buf.device != device:
+            self._row_buf = torch.empty(length, dtype=torch.float64, device=device)
+        return self._row_buf
+
+    def _all_gather(self, trainer: L.Trainer, row: torch.Tensor) -> torch.Tensor:
+        """(world, len) rows of every rank. Under an initialised process group: the collective that
+        ``trainer.strategy.all_gather`` runs (``torch.distributed.all_gather`` over the world group), straight into
+        a kept (world, len) buffer, without that method's autograd wrapper, zero-filled receive list and stacking
+        copy (~1.0-1.2 vs ~0.6 ms of CPU for 2 × 47,648 float64 here). Otherwise the strategy's own."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return trainer.strategy.all_gather(row).reshape(trainer.world_size, -1)
+        world = dist.get_world_size()
+        buf = self._gather_buf
+        if buf is None or buf.shape != (world, row.numel()) or buf.device != row.device:
+            buf = self._gather_buf = torch.empty(world, row.numel(), dtype=row.dtype, device=row.device)
+        dist.all_gather(list(buf.unbind(0)), row)
+        return buf
+
+    def _identify(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, row: torch.Tensor, d: int,
+                  n_half: int, mismatch: bool, step: int, from_step: bool,
                   local: Optional[list[torch.Tensor]] = None) -> None:
-        """Gather, identify, log. With ``local`` (a one-pass check: this rank's unreduced ``.grad`` tensors) the same
-        gather carries every rank's local gradient, and the step's gradient average (the mean, or with ``exclude``
-        the unflagged ranks' mean) is formed from it here, in float64, instead of by a second collective."""
+        """Gather, identify, log. ``row`` = [g1 | g2 | (n_half, mismatch) | local], the last with ``local`` (a
+        one-pass check: this rank's unreduced ``.grad`` tensors), so that the same gather carries every rank's local
+        gradient and the step's gradient average (the mean, or with ``exclude`` the unflagged ranks' mean) is formed
+        from it here, in float64, instead of by a second collective."""
         rank, world = trainer.global_rank, trainer.world_size
-        d = g1.shape[0]
-        # one gather per check: both halves, this rank's half size and the one-pass test's outcome, and (with
-        # ``local``) this rank's local gradient, as one flat row
-        extra = torch.tensor([float(n_half), float(mismatch)], dtype=torch.float64, device=g1.device)
-        parts = [g1, g2, extra] + ([g.reshape(-1).to(g1.device, torch.float64) for g in local] if local else [])
-        gathered = trainer.strategy.all_gather(torch.cat(parts)).reshape(world, -1).double().cpu()
+        row[2 * d] = float(n_half)  # this rank's half size and the one-pass test's outcome ride in the same gather
+        row[2 * d + 1] = float(mismatch)
+        gathered = self._all_gather(trainer, row).cpu()
         n_half = int(gathered[:, 2 * d].min())
         any_mismatch = bool(gathered[:, 2 * d + 1].any())
         if from_step:
@@ -549,7 +607,7 @@ class ByzantineIdentification(Callback):
         sigma0 = None
         if self.estimator == "filter":  # a tensor broadcast of the known (d, d) shape, not a pickled object
             sigma0 = (covariance(self.per_sample_gradients(pl_module, batch).cpu()) if rank == self.trusted_rank
-                      else torch.empty(d, d, dtype=torch.float64)).to(g1.device)
+                      else torch.empty(d, d, dtype=torch.float64)).to(row.device)
             dist.broadcast(sigma0, src=self.trusted_rank)
             sigma0 = sigma0.cpu()
         for cb in trainer.callbacks:
@@ -558,7 +616,7 @@ class ByzantineIdentification(Callback):
         result = bymi(G1, G2, alpha=self.alpha, estimator=self.estimator, eps=self.eps, const_f=self.const_f,
                       n_half=n_half, sigma0=sigma0, master=self.trusted_rank, offset=self.offset)
         workers = result.workers.tolist()
-        self.flagged = [workers[i] for i in result.flagged.nonzero().flatten().tolist()]
+        self.flagged = [w for w, f in zip(workers, result.flagged.tolist()) if f]
         if self.action == "exclude":
             self._weight = 0.0 if rank in self.flagged else 1.0 / (world - len(self.flagged))
         if local:  # Σ_r weight_r · g_r from the gathered local gradients (the all-reduce that no_sync skipped)
@@ -582,20 +640,40 @@ class ByzantineIdentification(Callback):
             self._write(trainer, record, G1, G2, result.W)
 
     def _write(self, trainer: L.Trainer, record: dict, G1: torch.Tensor, G2: torch.Tensor, W: torch.Tensor) -> None:
-        out = Path(self.log_dir or trainer.default_root_dir) / "byzantine"
-        if out != self._out_dir:  # created once per run, not at every check
+        """The check's rows in ``<dir>/byzantine/checks.csv`` (one file for the run, opened once and kept open,
+        flushed after every check so that its rows are on disk even if a rank dies right after: ~0.01 ms, against
+        ~0.2 ms to open, write and close a file per check); with ``save_tensors`` also ``step_<N>.safetensors``."""
+        if self._csv is None:
+            out = Path(self.log_dir or trainer.default_root_dir) / "byzantine"
             out.mkdir(parents=True, exist_ok=True)
             self._out_dir = out
-        stem = out / f"step_{record['step']:06d}"
-        with open(stem.with_suffix(".csv"), "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["rank", "W", "flagged", "threshold"])
-            w.writerow([self.trusted_rank, "", "trusted", record["threshold"]])
-            for r, score in record["W"].items():
-                w.writerow([r, repr(score), int(r in record["flagged"]), record["threshold"]])
+            self._csv_file = open(out / CHECKS_CSV, "a", newline="")  # a resumed run appends to its own rows
+            self._csv = csv.writer(self._csv_file)
+            if self._csv_file.tell() == 0:
+                self._csv.writerow(["step", "rank", "W", "flagged", "threshold"])
+        step, threshold, flagged = record["step"], record["threshold"], record["flagged"]
+        rows = [[step, self.trusted_rank, "", "trusted", threshold]]
+        rows += [[step, r, repr(score), int(r in flagged), threshold] for r, score in record["W"].items()]
+        self._csv.writerows(rows)
+        self._csv_file.flush()
         if self.save_tensors:
             save_file({"g1": G1.contiguous(), "g2": G2.contiguous(), "W": W.contiguous()},
-                      str(stem.with_suffix(".safetensors")), metadata={"split": record["split"]})
+                      str(self._out_dir / f"step_{step:06d}.safetensors"), metadata={"split": record["split"]})
+
+    def _close_csv(self) -> None:
+        if self._csv_file is not None:
+            self._csv_file.close()
+            self._csv_file = self._csv = None
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._csv_file is not None:
+            self._csv_file.flush()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._close_csv()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._close_csv()
 
     def state_dict(self) -> dict:
         return {"flagged": self.flagged, "last_step": self._last_step}

@@ -57,7 +57,8 @@ def test_two_process_identification_and_exclusion(in_tmp):
     saved = load_file(str(run_dir / "byzantine" / "step_000000.safetensors"))
     with safe_open(str(run_dir / "byzantine" / "step_000000.safetensors"), "pt") as f:
         assert f.metadata()["split"] == "one pass"  # g2 from the step's gradient, and the first-check test agreed
-    rows = list(csv.DictReader(open(run_dir / "byzantine" / "step_000000.csv")))
+    checks = list(csv.DictReader(open(run_dir / "byzantine" / "checks.csv")))
+    rows = [r for r in checks if r["step"] == "0"]
 
     # the same computation in this one process, shard by shard, at the step-0 parameters
     L.seed_everything(0, verbose=False)
@@ -94,7 +95,8 @@ def test_two_process_identification_and_exclusion(in_tmp):
     # which plain DDP would not give: the attacked rank's gradient is far from rank 0's
     full = (g1 + g2) / 2
     assert (full[1] - full[0]).norm() > 0.5 * full[0].norm()
-    step2 = list(csv.DictReader(open(run_dir / "byzantine" / "step_000002.csv")))
+    step2 = [r for r in checks if r["step"] == "2"]
+    assert [r["step"] for r in checks] == ["0", "0", "2", "2"]  # the two checks' rows, in order, in one file
     assert step2[1]["flagged"] == "1"  # the second check (g2 from the step's gradient, no direct test) flags it too
     with safe_open(str(run_dir / "byzantine" / "step_000002.safetensors"), "pt") as f:
         assert f.metadata()["split"] == "one pass"
