@@ -84,6 +84,9 @@ def test_shortcut_gradient_equals_autograd_of_the_one_step_loss(stack64, problem
 
 
 def _saved_bytes(fn) -> int:
+    """Bytes of every tensor autograd saves for fn()'s backward pass. Kept here rather than calling
+    `benchmarks/_memory.saved_bytes` (distinct storages; it passes these checks too): no test imports from
+    benchmarks/, and `import benchmarks` resolves to opacus's top-level `benchmarks` package in site-packages."""
     total = 0
 
     def pack(x):
