@@ -39,6 +39,36 @@ def test_epo_operators_keep_every_slot_in_its_space_and_respect_the_budget():
     assert ranked[0]["loss"] == min(table[tuple(c)] for c in drawn)
 
 
+
+def test_epo_generations_breed_from_the_elite_of_everything_scored_and_spend_the_budget_exactly():
+    """The 120-evaluation sweep's setting (official population 20, top 10, 10 mutations at p = 0.1, 10 crossovers):
+    a uniform population of 20, then 5 generations of 20 (10 mutants, 10 children). Each generation's parents are
+    the 10 best of *all* candidates scored before it (the official `keep_top_k` keeps the elite across
+    generations), every candidate is scored once (a candidate already seen costs nothing, as the official
+    `vis_dict`), and the budget is spent exactly."""
+    sizes = [40, 40, 40, 40]
+    parts = [np.random.default_rng(10 + i).random(n) for i, n in enumerate(sizes)]
+    scored = []
+
+    def score(c):
+        scored.append(c)
+        return float(sum(p[i] for p, i in zip(parts, c)))
+
+    ev = Evaluator(score, str, max_evaluations=120)
+    epo(ev, sizes, np.random.default_rng(0), population=20, select=10, crossover=10, mutation=10, m_prob=0.1,
+        budget=120)
+    assert len(scored) == len(set(scored)) == ev.evaluations == 120
+    loss = {c: r["loss"] for c, r in ev.records.items()}
+    for g in range(1, 6):
+        elite = sorted(scored[:20 * g], key=loss.get)[:10]
+        mutants, children = scored[20 * g:20 * g + 10], scored[20 * g + 10:20 * g + 20]
+        # a mutant is an elite with a few slots redrawn (p = 0.1 each: here at most 2 of 4)
+        assert all(min(sum(a != b for a, b in zip(c, e)) for e in elite) <= 2 for c in mutants), g
+        # a child takes every slot from one of two elite parents
+        assert all(any(all(x in (a[i], b[i]) for i, x in enumerate(c)) for a in elite for b in elite)
+                   for c in children), g
+    assert min(loss[c] for c in scored[20:]) < min(loss[c] for c in scored[:20])  # evolution improved on the start
+
 def test_epo_and_random_find_the_brute_force_optimum_of_a_small_space():
     # separable (a sum of per-slot terms), so mutation and crossover can assemble the optimum; random search with
     # budget = |space| enumerates everything
