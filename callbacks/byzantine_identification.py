@@ -14,8 +14,10 @@ optimizer steps:
      batch's B = n1 + n2 samples ``g2 = (B·g − n1·g1)/n2`` exactly. After the identification (in
      ``on_after_backward``, still before the optimizer step and gradient clipping) the callback averages the
      local gradients itself: the mean over all ranks or, with ``exclude``, over the unflagged ones, from every
-     rank's local gradient carried by the check's one gather (up to `GATHER_LOCAL_BYTES`, else a flat all-reduce). Cost: one
-     half-batch forward/backward per check, and nothing on the other steps (DDP's own all-reduce runs there).
+     rank's local gradient in the check's one gather: rebuilt as g_r = (n1·g1_r + n2·g2_r)/B when the halves are
+     the whole unprojected gradient, else carried in the gathered row (up to `GATHER_LOCAL_BYTES`, else a flat
+     all-reduce). Cost: one half-batch forward/backward per check, and nothing on the other steps (DDP's own
+     all-reduce runs there).
    * **two passes** (otherwise): ``torch.autograd.grad`` on each half, on the unwrapped module at the start of the
      step (DDP's reducer never sees these backward passes). Cost: about one full forward/backward per check.
    The identity needs the check's gradient to be the gradient of exactly this batch's mean loss, so the one-pass
@@ -78,6 +80,7 @@ PROJECTION_CACHE_BYTES = 256 << 20  # a projection matrix up to this size is dra
 # a one-pass check gathers every rank's local gradient with its split halves (one collective instead of a gather and
 # an all-reduce) while the gathered (world, params) float64 block stays under this size; above it, a flat all-reduce
 GATHER_LOCAL_BYTES = 64 << 20
+EXTRA = 3  # entries after g1 | g2 in a check's gather row: this rank's n1, n2 and its one-pass test's outcome
 CHECKS_CSV = "checks.csv"  # every check's rows (step, rank, W, flagged, threshold) in the run dir's byzantine/
 ONE_PASS_RTOL = 1e-4  # first-check test of g2 = (B·g − n1·g1)/n2 against the direct g2 (float32 rounding: ~1e-6)
 # training-mode modules under which a half's gradient is not the same function as in the full batch
@@ -316,6 +319,8 @@ class ByzantineIdentification(Callback):
         self._out_dir: Optional[Path] = None  # the CSV directory, once created
         self._csv_file: Any = None  # byzantine/checks.csv, open from the first check to teardown
         self._csv: Any = None
+        self._sizes = (0, 0)  # the last split's half sizes (n1, n2)
+        self._whole_model = False  # the selection is every trainable parameter, in order (see on_after_backward)
         self._dim = 0  # the identification's dimension (projection_dim or the selected parameters' size)
         self._row_buf: Optional[torch.Tensor] = None  # the check's gather row, kept between checks
         self._gather_buf: Optional[torch.Tensor] = None  # (world, row) receive buffer, kept between checks
@@ -365,6 +370,8 @@ class ByzantineIdentification(Callback):
             raise ZooError(f"the trusted rank {self.trusted_rank} cannot be attacked")
         params = self._selected(pl_module)
         self._names, self._params = [n for n, _ in params], [p for _, p in params]
+        trainable = [p for p in pl_module.parameters() if p.requires_grad]
+        self._whole_model = len(trainable) == len(self._params) and all(a is b for a, b in zip(trainable, self._params))
         dim = self._dim = self.projection_dim or sum(p.numel() for _, p in params)
         if dim > self.max_dim:
             raise ZooError(f"the identification would work on {dim}-dimensional gradients (> max_dim={self.max_dim}); "
@@ -425,6 +432,7 @@ class ByzantineIdentification(Callback):
                         ) -> tuple[torch.Tensor, torch.Tensor, int, Any]:
         """(g1, g2, n_half, first half) of this rank's batch at the current parameters, by two passes."""
         b1, b2 = split_batch(batch, generator, self.stratify, self.label_index)
+        self._sizes = _batch_len(b1), _batch_len(b2)
         out = self._project(torch.stack([self._half_gradient(pl_module, b) for b in (b1, b2)]))  # one projection
         check_finite(f"rank {pl_module.global_rank}'s split-half gradients", out)
         return out[0], out[1], min(_batch_len(b1), _batch_len(b2)), b1
@@ -437,7 +445,7 @@ class ByzantineIdentification(Callback):
         ``verify``, g2 is also computed directly; mismatch = they differ, and then the direct g2 is returned.
         ``out`` (2, dim) float64: written in place (the check's gather row), g1 and g2 are its rows."""
         b1, b2 = split_batch(batch, generator, self.stratify, self.label_index)
-        n1, n2 = _batch_len(b1), _batch_len(b2)
+        n1, n2 = self._sizes = _batch_len(b1), _batch_len(b2)
         D = sum(p.numel() for p in self._params)
         direct_rows = self.projection_dim is None and out is not None
         pair = out if direct_rows else torch.empty(2, D, dtype=torch.float64, device=self._params[0].device)
@@ -504,9 +512,9 @@ class ByzantineIdentification(Callback):
             self._skip_sync(trainer)
             return
         g1, g2, n_half, _ = self.split_gradients(pl_module, batch, self.split_generator(step, trainer.global_rank))
-        row = self._row(2 * g1.shape[0] + 2, g1.device)
+        row = self._row(2 * g1.shape[0] + EXTRA, g1.device)
         row[: 2 * g1.shape[0]].view(2, -1).copy_(torch.stack([g1, g2]))
-        self._identify(trainer, pl_module, batch, row, g1.shape[0], n_half, False, step, from_step=False)
+        self._identify(trainer, pl_module, batch, row, g1.shape[0], False, step, from_step=False)
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._pending is None:
@@ -519,18 +527,21 @@ class ByzantineIdentification(Callback):
         verify = not self._verified
         grads = self._local_grads(pl_module)
         n_local = sum(g.numel() for g in grads)
-        fits = bool(grads) and trainer.world_size * n_local * 8 <= GATHER_LOCAL_BYTES
+        # every rank's local gradient g_r = (n1·g1_r + n2·g2_r)/B is in its gathered halves when they are the whole
+        # unprojected gradient (then nothing else is sent); otherwise it rides in the row up to GATHER_LOCAL_BYTES
+        rebuild = self.projection_dim is None and self._whole_model and len(grads) == len(self._params)
+        carry = not rebuild and bool(grads) and trainer.world_size * n_local * 8 <= GATHER_LOCAL_BYTES
         d = self._dim
-        # one preallocated float64 row per check, filled in place: [g1 | g2 | n_half, mismatch | local gradient]
-        row = self._row(2 * d + 2 + (n_local if fits else 0), self._params[0].device)
-        _, _, n_half, mismatch = self.split_gradients_from_step(
+        # one preallocated float64 row per check, filled in place: [g1 | g2 | n1, n2, mismatch | local gradient]
+        row = self._row(2 * d + EXTRA + (n_local if carry else 0), self._params[0].device)
+        _, _, _, mismatch = self.split_gradients_from_step(
             pl_module, batch, self.split_generator(step, trainer.global_rank), verify=verify,
             out=row[: 2 * d].view(2, d))
-        if fits:
-            torch.cat([g.reshape(-1) for g in grads], out=row[2 * d + 2:])
-        self._identify(trainer, pl_module, batch, row, d, n_half, mismatch, step, from_step=True,
-                       local=grads if fits else None)
-        if not fits:  # too large to gather: the flat all-reduce
+        if carry:
+            torch.cat([g.reshape(-1) for g in grads], out=row[2 * d + EXTRA:])
+        averaged = self._identify(trainer, pl_module, batch, row, d, mismatch, step, from_step=True,
+                                  local=grads if rebuild or carry else None, carried=carry)
+        if not averaged:  # too large to gather, or g2 was not derived from g at some rank: the flat all-reduce
             self._average_kept_gradient(pl_module, grads)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -583,18 +594,24 @@ class ByzantineIdentification(Callback):
         return buf
 
     def _identify(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, row: torch.Tensor, d: int,
-                  n_half: int, mismatch: bool, step: int, from_step: bool,
-                  local: Optional[list[torch.Tensor]] = None) -> None:
-        """Gather, identify, log. ``row`` = [g1 | g2 | (n_half, mismatch) | local], the last with ``local`` (a
-        one-pass check: this rank's unreduced ``.grad`` tensors), so that the same gather carries every rank's local
-        gradient and the step's gradient average (the mean, or with ``exclude`` the unflagged ranks' mean) is formed
-        from it here, in float64, instead of by a second collective."""
+                  mismatch: bool, step: int, from_step: bool, local: Optional[list[torch.Tensor]] = None,
+                  carried: bool = False) -> bool:
+        """Gather, identify, log. ``row`` = [g1 | g2 | (n1, n2, mismatch) | local gradient if ``carried``].
+
+        With ``local`` (a one-pass check: this rank's unreduced ``.grad`` tensors) the step's gradient average (the
+        mean, or with ``exclude`` the unflagged ranks' mean) is formed here, in float64, from every rank's local
+        gradient in the one gather, instead of by a second collective: carried in the row, or rebuilt from the
+        rank's halves as g_r = (n1·g1_r + n2·g2_r)/(n1 + n2) (the inverse of g2 = (B·g − n1·g1)/n2: equal to g_r to
+        float64 rounding, so a float32 gradient comes back exactly). Returns whether ``.grad`` holds the average
+        now (False: the caller all-reduces)."""
         rank, world = trainer.global_rank, trainer.world_size
-        row[2 * d] = float(n_half)  # this rank's half size and the one-pass test's outcome ride in the same gather
-        row[2 * d + 1] = float(mismatch)
+        # this rank's half sizes and the one-pass test's outcome ride in the same gather
+        row[2 * d], row[2 * d + 1] = self._sizes
+        row[2 * d + 2] = float(mismatch)
         gathered = self._all_gather(trainer, row).cpu()
-        n_half = int(gathered[:, 2 * d].min())
-        any_mismatch = bool(gathered[:, 2 * d + 1].any())
+        n1s, n2s = gathered[:, 2 * d], gathered[:, 2 * d + 1]
+        n_half = int(torch.minimum(n1s, n2s).min())
+        any_mismatch = bool(gathered[:, 2 * d + 2].any())
         if from_step:
             self._verified = True
             if any_mismatch:
@@ -604,6 +621,12 @@ class ByzantineIdentification(Callback):
                                "pass); this check used the direct g2, and later checks use two passes")
                 self.one_pass = False
         G1, G2 = gathered[:, :d], gathered[:, d: 2 * d]
+        if local and carried:
+            local_rows = gathered[:, 2 * d + EXTRA:]
+        elif local and not any_mismatch:  # before any attack rewrites the reports: the ranks' training gradients
+            local_rows = (n1s.unsqueeze(1) * G1 + n2s.unsqueeze(1) * G2) / (n1s + n2s).unsqueeze(1)
+        else:
+            local_rows = None
         sigma0 = None
         if self.estimator == "filter":  # a tensor broadcast of the known (d, d) shape, not a pickled object
             sigma0 = (covariance(self.per_sample_gradients(pl_module, batch).cpu()) if rank == self.trusted_rank
@@ -619,12 +642,12 @@ class ByzantineIdentification(Callback):
         self.flagged = [w for w, f in zip(workers, result.flagged.tolist()) if f]
         if self.action == "exclude":
             self._weight = 0.0 if rank in self.flagged else 1.0 / (world - len(self.flagged))
-        if local:  # Σ_r weight_r · g_r from the gathered local gradients (the all-reduce that no_sync skipped)
+        if local_rows is not None:  # Σ_r weight_r · g_r (the all-reduce that no_sync skipped)
             weights = torch.full((world,), 1.0 / world, dtype=torch.float64)
             if self.action == "exclude":
                 weights.fill_(1.0 / (world - len(self.flagged)))
                 weights[self.flagged] = 0.0
-            mean = weights @ gathered[:, 2 * d + 2:]
+            mean = weights @ local_rows
             for g, part in zip(local, mean.split([g.numel() for g in local])):
                 g.copy_(part.view_as(g))
         split = ("two passes" if not from_step else "direct g2 (the one-pass test failed)" if any_mismatch
@@ -638,6 +661,7 @@ class ByzantineIdentification(Callback):
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
             self._write(trainer, record, G1, G2, result.W)
+        return local_rows is not None
 
     def _write(self, trainer: L.Trainer, record: dict, G1: torch.Tensor, G2: torch.Tensor, W: torch.Tensor) -> None:
         """The check's rows in ``<dir>/byzantine/checks.csv`` (one file for the run, opened once and kept open,
