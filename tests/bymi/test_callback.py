@@ -229,3 +229,108 @@ def test_the_masked_mean_hook_of_the_two_pass_exclude_path(tmp_path):
         assert _masked_mean_hook(state, bucket).wait().abs().sum() == 0
     finally:
         dist.destroy_process_group()
+
+
+def _torch_split_indices(y: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The previous (session 5) torch formulation of the stratified split's indices, kept here as an oracle."""
+    n = len(y)
+    classes, counts = torch.unique(y, return_counts=True)
+    order = torch.argsort(y.double() * 2 + keys)
+    sorted_y = y[order]
+    start = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(n) - start[torch.searchsorted(classes, sorted_y)]
+    odd = counts % 2 == 1
+    extra = ((torch.cumsum(odd.long(), 0) - odd.long()) % 2) * odd.long()
+    second = rank < (counts // 2 + extra)[torch.searchsorted(classes, sorted_y)]
+    return order[~second].sort().values, order[second].sort().values
+
+
+def test_the_numpy_split_gives_the_torch_formulations_halves():
+    """`split_batch` does its index arithmetic in numpy: the same halves as the torch formulation, for random batch
+    sizes and class counts (odd and even), from the same generator."""
+    for seed in range(60):
+        g = torch.Generator().manual_seed(seed)
+        n = int(torch.randint(4, 260, (1,), generator=g))
+        y = torch.randint(0, int(torch.randint(1, 12, (1,), generator=g)), (n,), generator=g)
+        if bool((torch.bincount(y) == 1).any()):
+            continue
+        x = torch.arange(n).double()
+        i1, i2 = _torch_split_indices(y, torch.rand(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+        b1, b2 = split_batch([x, y], torch.Generator().manual_seed(seed))
+        assert torch.equal(b1[0].long(), i1) and torch.equal(b2[0].long(), i2)
+
+
+class _Trainer:
+    """What `_identify` reads of a trainer, for rank 0 of a world of 2 whose gather is replaced by a fixed block."""
+
+    def __init__(self, root):
+        self.global_rank, self.world_size, self.is_global_zero = 0, 2, True
+        self.callbacks, self.loggers, self.default_root_dir = [], [], str(root)
+
+
+def test_the_step_average_rebuilt_from_the_halves_equals_the_carried_one(tmp_path):
+    """A one-pass check forms the step's gradient average from the gathered block: rebuilt from each rank's halves,
+    g_r = (n1 g1_r + n2 g2_r)/B, or carried in the row (a parameter selection). Both give the plain mean of the
+    ranks' local gradients (and, with exclude, the unflagged ranks' mean), to float64 rounding."""
+    L.seed_everything(4, verbose=False)
+    model = FeatureClassifier(hidden=6).double()
+    params = list(model.parameters())
+    D = sum(p.numel() for p in params)
+    batches = [[t.double() if t.is_floating_point() else t for t in _batch(41, seed)] for seed in (0, 1)]
+    local = []
+    for b in batches:
+        _step_gradient(model, b)
+        local.append(torch.cat([p.grad.reshape(-1) for p in params]).clone())
+    for action in ("log", "exclude"):
+        outcomes = []
+        for carried in (False, True):
+            cb = ByzantineIdentification(estimator="geom", alpha=0.2, offset=0, action=action, log_dir=str(tmp_path))
+            cb._params, cb._dim, cb._whole_model = params, D, True
+            rows = []
+            for rank, b in enumerate(batches):
+                _step_gradient(model, b)
+                row = torch.empty(2 * D + 3 + (D if carried else 0), dtype=torch.float64)
+                cb.split_gradients_from_step(model, b, cb.split_generator(0, rank), out=row[: 2 * D].view(2, D))
+                row[2 * D], row[2 * D + 1], row[2 * D + 2] = *cb._sizes, 0.0
+                if carried:
+                    row[2 * D + 3:] = local[rank]
+                rows.append(row.clone())
+            cb._all_gather = lambda trainer, row, rows=rows: torch.stack(rows)  # as if rank 1 sent its row
+            _step_gradient(model, batches[0])  # rank 0's own .grad, overwritten by the average
+            grads = [p.grad for p in params]
+            assert cb._identify(_Trainer(tmp_path), model, batches[0], rows[0].clone(), D, False, 0, from_step=True,
+                                local=grads, carried=carried)
+            outcomes.append((torch.cat([g.reshape(-1) for g in grads]).clone(), list(cb.flagged)))
+            cb.teardown(None, model, "fit")
+        (rebuilt, flags), (carried_mean, flags_c) = outcomes
+        assert flags == flags_c
+        want = local[0] if 1 in flags and action == "exclude" else (local[0] + local[1]) / 2
+        torch.testing.assert_close(rebuilt, want, rtol=0, atol=1e-15)
+        torch.testing.assert_close(carried_mean, want, rtol=0, atol=1e-15)
+
+
+def test_a_check_s_csv_rows_survive_a_crash_right_after_it(tmp_path):
+    """`byzantine/checks.csv` is opened once and kept open; every check's rows are flushed at once, so a process
+    that dies right after a check (no teardown, no exception hook: os._exit in a forked child) leaves them."""
+    import csv
+    import os
+
+    record = {"step": 30, "threshold": 0.25, "flagged": [2], "W": {1: -0.5, 2: 0.75}, "split": "one pass"}
+    cb = ByzantineIdentification(log_dir=str(tmp_path))
+    pid = os.fork()
+    if pid == 0:  # the child: one check written, then a hard crash
+        try:
+            cb._write(_Trainer(tmp_path), record, torch.zeros(3, 2), torch.zeros(3, 2), torch.zeros(2))
+        finally:
+            os._exit(1)
+    os.waitpid(pid, 0)
+    rows = list(csv.DictReader(open(tmp_path / "byzantine" / "checks.csv")))
+    assert [(r["step"], r["rank"], r["W"], r["flagged"]) for r in rows] == [
+        ("30", "0", "", "trusted"), ("30", "1", "-0.5", "0"), ("30", "2", "0.75", "1")]
+    # in this process: a second check appends to the same open file; an exception closes it
+    cb._write(_Trainer(tmp_path), dict(record, step=40), torch.zeros(3, 2), torch.zeros(3, 2), torch.zeros(2))
+    assert cb._csv_file is not None
+    cb.on_exception(None, None, RuntimeError("boom"))
+    assert cb._csv_file is None
+    rows = list(csv.DictReader(open(tmp_path / "byzantine" / "checks.csv")))
+    assert [r["step"] for r in rows] == ["30"] * 3 + ["40"] * 3  # one header, both checks

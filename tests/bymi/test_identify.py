@@ -154,3 +154,23 @@ def test_the_numpy_threshold_equals_the_batched_one():
         for alpha, offset in [(0.1, 1), (0.2, 0), (0.3, 1)]:
             t = torch.tensor(W)
             assert float(knockoff_threshold(t, alpha, offset)) == float(knockoff_threshold(t[None], alpha, offset)[0])
+
+
+@pytest.mark.parametrize("estimator", ["geom", "master"])
+def test_a_few_wide_rows_run_in_numpy_with_the_torch_paths_values(estimator):
+    """A few machines × a whole model's gradient (the DDP callback's 2 ranks × 15,882) also runs in numpy
+    (`is_few_rows`, no BLAS): the same W, centre, threshold and flags as the torch path (a batch of one)."""
+    from zoo.bymi.robust import is_few_rows, is_small
+
+    rng = np.random.default_rng(5)
+    for M, d in [(2, 15882), (3, 5000), (8, 700)]:
+        g1, g2 = (torch.tensor(a) for a in rng.standard_normal((2, M, d)) / math.sqrt(100))
+        g1[1] += 0.05
+        g2[1] += 0.05
+        assert is_few_rows(g1) and not is_small(g1) and not is_few_rows(g1[None])
+        kw = dict(alpha=0.2, estimator=estimator, offset=0, n_half=100)
+        one, batch = bymi(g1, g2, **kw), bymi(g1[None], g2[None], **kw)
+        torch.testing.assert_close(one.W, batch.W[0], rtol=1e-12, atol=0)
+        torch.testing.assert_close(one.mu_hat, batch.mu_hat[0], rtol=0, atol=1e-14)
+        assert torch.equal(one.flagged, batch.flagged[0]) and float(one.threshold) == pytest.approx(
+            float(batch.threshold[0]), rel=1e-12)

@@ -152,3 +152,14 @@ def test_single_small_problems_run_in_numpy_with_the_torch_paths_values():
     # the step at a data point (Vardi-Zhang) inside the numpy loop
     X = torch.tensor(np.vstack([np.tile([1.0, -2.0, 0.5], (40, 1)), rng.standard_normal((20, 3)) * 5]))
     torch.testing.assert_close(geometric_median(X), geometric_median(X[None])[0], rtol=0, atol=1e-12)
+
+
+def test_the_mad_of_two_rows_is_the_sorted_pairs():
+    """R's mad over 2 machines, by min/max in numpy (no strided sort): bit for bit the torch path's value, and the
+    definition 1.4826 · |x1 − x2| / 2 to rounding."""
+    from zoo.bymi.robust import mad_np
+
+    X = np.random.default_rng(3).standard_normal((2, 15882))
+    ours = mad_np(X, 0)
+    assert np.array_equal(ours, mad(torch.tensor(X)[None], dim=1)[0].numpy())
+    np.testing.assert_allclose(ours, 1.4826 * np.abs(X[0] - X[1]) / 2, rtol=1e-15)
