@@ -15,6 +15,7 @@ from zoo.gfnpg.sampling import (
     policy_logits,
     sample_backward,
     sample_forward,
+    state_values,
 )
 
 from .conftest import assert_same_iterations
@@ -60,6 +61,61 @@ def test_distinct_passes_equal_the_plain_ones(request, make_net, env_name):
     assert len(torch.unique(children, dim=0)) < len(children)  # the case is not trivial: states repeat
     torch.testing.assert_close(policy_logits(env, pb, children, backward=True, distinct=True),
                                policy_logits(env, pb, children, backward=True), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("env_name", ["grid", "grid_nokey", "dag3"])
+def test_distinct_passes_with_gradients_equal_the_plain_ones(request, make_net, env_name):
+    """The passes with gradients (pi_F and pi_B log-probabilities, V / log F values) evaluated once per distinct
+    state: the same values, and the same float64 gradients (a state's repeats summed before the network instead of
+    after), on forward and backward trajectories."""
+    env = {"grid": lambda: Hypergrid(6, 2, R0=0.1), "grid_nokey": lambda: _NoKey(6, 2, R0=0.1),
+           "dag3": lambda: request.getfixturevalue("dag3")}[env_name]()
+    pf = make_net(env.feature_dim, env.n_actions, seed=0)
+    pb = make_net(env.feature_dim, env.n_actions - 1, seed=1)
+    value = make_net(env.feature_dim, 1, seed=2)
+    torch.manual_seed(0)
+    traj = sample_forward(env, pf, 64)
+    back = sample_backward(env, pb, traj.terminal_states)
+    g = torch.Generator().manual_seed(3)
+    weights = [torch.randn(t.actions.shape, generator=g, dtype=torch.float64) for t in (traj, back) for _ in range(3)]
+
+    def run(distinct):
+        nets = (pf, pb, value)
+        for net in nets:
+            net.zero_grad(set_to_none=True)
+        outs = [f(t) for t in (traj, back) for f in (
+            lambda t: forward_log_probs(env, pf, t, dtype=torch.float64, distinct=distinct),
+            lambda t: backward_log_probs(env, pb, t, torch.float64, distinct=distinct),
+            lambda t: state_values(env, value, t, distinct=distinct))]
+        # a non-linear loss, so that every row's gradient differs
+        sum((w * o.tanh()).sum() for w, o in zip(weights, outs)).backward()
+        return [o.detach() for o in outs], [p.grad.clone() for net in nets for p in net.parameters()]
+
+    (out_d, grad_d), (out_p, grad_p) = run(True), run(False)
+    for a, b in zip(out_d + grad_d, out_p + grad_p):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    parents = traj.states[:-1][traj.valid]
+    assert len(distinct_states(env, parents)[0]) < len(parents)  # the case is not trivial: states repeat
+
+
+def _every_row(monkeypatch):
+    """choose(use): the distinct passes (use) or every row evaluated (distinct_states as the identity grouping)."""
+    import zoo.gfnpg.sampling as sampling
+
+    real = sampling.distinct_states
+
+    def choose(use: bool) -> None:
+        monkeypatch.setattr(sampling, "distinct_states",
+                            real if use else lambda env, s: (s, torch.arange(len(s), device=s.device)))
+
+    return choose
+
+
+@pytest.mark.parametrize("variant", ["RL-U", "TB-U", "TB-B", "DB-B", "SubTB-B"])
+def test_distinct_gradient_passes_give_the_plain_update_of_every_method(monkeypatch, variant):
+    """The deduplicated passes with gradients in the baselines and RL-U: three iterations equal those with every row
+    evaluated (RL-B / RL-G: the next test)."""
+    assert_same_iterations(variant, _every_row(monkeypatch))
 
 
 @pytest.mark.parametrize("variant", ["RL-B", "RL-G"])

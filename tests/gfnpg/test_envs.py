@@ -92,3 +92,20 @@ def test_guided_policy_caps_the_stop_logit_at_low_reward_states():
     guided = policy_log_probs(env, None, s, guide=env.guide)
     torch.testing.assert_close(guided[0], plain[0])
     assert float(guided[1, -1].exp()) == pytest.approx(1e-5 / (2 + 1e-5), rel=1e-5)
+
+
+@pytest.mark.parametrize("height, ndim", [(5, 2), (4, 3)])
+def test_hypergrid_constants_built_once_give_the_old_per_call_values(height, ndim):
+    """step / backward_step by the cached unit moves, hot_index and state_index by cached offsets and weights: the
+    integers the per-call forms gave (scatter_add of +-1, arange products), on every state and action."""
+    env = Hypergrid(height, ndim)
+    states = env.all_states()
+    for a in range(ndim):
+        act = torch.full((len(states),), a)
+        up, down = states[:, a] < height - 1, states[:, a] > 0
+        assert torch.equal(env.step(states[up], act[up]), states[up].scatter_add(1, act[up, None], torch.ones_like(
+            act[up, None])))
+        assert torch.equal(env.backward_step(states[down], act[down]),
+                           states[down].scatter_add(1, act[down, None], torch.full_like(act[down, None], -1)))
+    assert torch.equal(env.hot_index(states), states + height * torch.arange(ndim))
+    assert torch.equal(env.state_index(states), (states * height ** torch.arange(ndim - 1, -1, -1)).sum(-1))

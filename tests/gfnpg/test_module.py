@@ -136,10 +136,11 @@ def test_fused_adam_takes_the_per_tensor_adam_step(monkeypatch):
 
 
 @pytest.mark.parametrize("variant", ["RL-B", "RL-G"])
-def test_backward_update_reusing_pi_b_at_x_is_the_plain_update(monkeypatch, variant):
-    """The backward sampler's first step reuses pi_B's logits at x from the forward costs: one iteration then
-    samples the same backward trajectories, logs the same losses and moves every parameter exactly as the old path,
-    in which the sampler evaluates pi_B at x again (float64 networks; equal bit for bit)."""
+def test_backward_update_reusing_known_pi_b_is_the_plain_update(monkeypatch, variant):
+    """The backward sampler reuses pi_B's logits from the forward costs (``known``: every forward child, x among
+    them): two iterations then sample the same backward trajectories, log the same losses and move every parameter
+    exactly as the old path, in which the sampler evaluates pi_B at every state itself (float64 networks; equal bit
+    for bit)."""
     import zoo.gfnpg.module as module_mod
     from zoo.gfnpg import sampling
 
@@ -156,7 +157,7 @@ def test_backward_update_reusing_pi_b_at_x_is_the_plain_update(monkeypatch, vari
     for name, model in (("new", new), ("old", old)):
         if name == "old":
             monkeypatch.setattr(module_mod, "sample_backward",
-                                lambda env, pb, x, first_logits=None, known=None: sampling.sample_backward(env, pb, x))
+                                lambda env, pb, x, known=None: sampling.sample_backward(env, pb, x))
         opts = model.named_optimizers()
         torch.manual_seed(0)
         runs[name] = [model.train_iteration(opts) for _ in range(2)]

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from zoo.gfnpg import Hypergrid, StateGraph
-from zoo.gfnpg.sampling import (Trajectories, backward_log_probs, last_move_rows, lookup_table, mlp, net_output,
-                                policy_logits, sample_backward, sample_forward)
+from zoo.gfnpg.sampling import (Trajectories, backward_log_probs, lookup_table, mlp, net_output, policy_logits,
+                                sample_backward, sample_forward)
 
 
 @pytest.mark.parametrize("n_rows", [10, 512])  # both gathers: strided (few rows) and from a contiguous copy
@@ -153,9 +153,11 @@ def test_backward_sampler_draws_each_path_with_its_pi_b_probability(grid3, make_
 
 
 def test_backward_sampler_reuses_the_forward_costs_logits_at_x():
-    """RL-B's backward sampler takes its first step from pi_B's logits at x that the forward costs computed (the same
-    parameters): last_move_rows finds x among the children backward_log_probs evaluated, those logits equal pi_B's
-    at x, and the sampler draws the same backward trajectories from them as when it evaluates pi_B at x itself."""
+    """RL-B's backward sampler takes pi_B's logits from the forward costs (the same parameters) wherever it meets a
+    forward child (the terminal states x included) or one of their ancestors that the costs' call evaluated too
+    (sampling.KNOWN_ANCESTORS): the known rows equal pi_B's logits at those states, and the
+    sampler draws the same backward trajectories from them as when it evaluates pi_B itself; wrong known rows change
+    the draws (the test can fail)."""
     env = Hypergrid(6, 2, R0=0.1)
     torch.manual_seed(0)
     pf = mlp(env.feature_dim, env.n_actions, hidden_dim=16, n_hidden_layers=2)
@@ -163,22 +165,93 @@ def test_backward_sampler_reuses_the_forward_costs_logits_at_x():
     traj = sample_forward(env, pf, 200)
     x = traj.terminal_states
     with torch.no_grad():
-        log_pb, logits = backward_log_probs(env, pb, traj, return_logits=True)
+        log_pb, known = backward_log_probs(env, pb, traj, distinct=True, return_known=True)
     torch.testing.assert_close(log_pb, backward_log_probs(env, pb, traj), rtol=0, atol=0)
-    rows = last_move_rows(traj)
+    keys, rows = known
+    children = env.state_key(traj.states[1:][traj.valid & ~traj.is_stop])
+    assert torch.equal(keys, torch.unique(keys)) and torch.isin(children, keys).all()  # and their ancestors
+    assert len(keys) > len(torch.unique(children))
     moved = traj.lengths >= 2
-    assert 0 < int(moved.sum()) < len(x) and torch.equal(rows < 0, ~moved)  # both kinds occur
-    children = traj.states[1:][traj.valid & ~traj.is_stop]
-    assert torch.equal(children[rows[moved]], x[moved])
+    assert 0 < int(moved.sum()) < len(x) and torch.isin(env.state_key(x[moved]), keys).all()  # x is known
     with torch.no_grad():
-        direct = policy_logits(env, pb, x[moved], backward=True)
-    torch.testing.assert_close(logits[rows[moved]], direct, rtol=1e-6, atol=1e-6)
+        direct = policy_logits(env, pb, env.all_states()[keys], backward=True)
+    torch.testing.assert_close(rows, direct, rtol=1e-6, atol=1e-6)
     for seed in range(3):
         torch.manual_seed(seed)
-        reused = sample_backward(env, pb, x, first_logits=logits[rows.clamp_min(0)])
+        reused = sample_backward(env, pb, x, known=known)
         torch.manual_seed(seed)
         plain = sample_backward(env, pb, x)
         assert torch.equal(reused.states, plain.states) and torch.equal(reused.actions, plain.actions)
+    torch.manual_seed(0)
+    wrong = sample_backward(env, pb, x, known=(keys, torch.where(rows > -1e4, -10 * rows, rows)))  # legal kept
+    torch.manual_seed(0)
+    assert not torch.equal(wrong.actions, sample_backward(env, pb, x).actions)
+
+
+def _old_sample_backward(env, pb, x, known=None):
+    """sample_backward before the per-step lists padded once (commit 2753f1d), verbatim but for its removed
+    ``first_logits`` argument: the batch's states and actions written into preallocated padded tensors per step, the
+    known rows looked up with a clamp, the Gumbel noise drawn per step."""
+    from zoo.gfnpg.sampling import sample_actions
+
+    def _known_or_evaluated(env, pb, states, known, table):
+        keys, rows = known
+        key = env.state_key(states)
+        pos = torch.searchsorted(keys, key).clamp_max(len(keys) - 1)
+        logits = rows[pos]
+        miss = (keys[pos] != key).nonzero()[:, 0]
+        if len(miss):
+            logits = logits.index_copy(0, miss, policy_logits(env, pb, states[miss], backward=True, table=table))
+        return logits
+
+    lengths = env.level(x)
+    n, L = len(x), int(lengths.max()) if len(x) else 0
+    order = torch.argsort(lengths, descending=True, stable=True)
+    states = torch.full((L + 1, n, x.shape[1]), -1, dtype=x.dtype, device=x.device)
+    actions = torch.full((L, n), -1, dtype=torch.long, device=x.device)
+    states[0] = x[order]
+    moving = (lengths[None, :] > torch.arange(L, device=x.device)[:, None]).sum(1).tolist()
+    table = lookup_table(env, pb)
+    for t, m in enumerate(moving):
+        s = states[t, :m]
+        if known is not None and pb is not None:
+            logits = _known_or_evaluated(env, pb, s, known, table)
+        else:
+            logits = policy_logits(env, pb, s, backward=True, table=table)
+        a = sample_actions(logits)
+        actions[t, :m] = a
+        states[t + 1, :m] = env.backward_step(s, a)
+    restore = torch.argsort(order)
+    return Trajectories(states[:, restore], actions[:, restore], lengths, backward=True)
+
+
+@pytest.mark.parametrize("with_known", [False, True])
+def test_backward_sampler_equals_its_old_form(make_net, dag3, with_known):
+    """The backward sampler keeping the moving rows per step and padding once, with its Gumbel noise drawn at once and
+    the known rows behind a sentinel, draws bit for bit the old sampler's trajectories (grid with terminal states at
+    s0 and at every level, 3-node DAGs; with and without known rows; a float64 and a float32 pi_B, and the uniform
+    one)."""
+    grid = Hypergrid(6, 2, R0=0.1)
+    for env, dtype in itertools.product((grid, dag3), (torch.float64, torch.float32, None)):
+        pb = make_net(env.feature_dim, env.n_actions - 1, seed=1).to(dtype) if dtype else None
+        g = torch.Generator().manual_seed(0)
+        x = env.all_states()[torch.randint(0, env.n_states, (100,), generator=g)]
+        x = torch.cat([x, env.s0(3)])  # x = s0: no move
+        known = None
+        if with_known and pb is not None:
+            pf = make_net(env.feature_dim, env.n_actions)
+            with torch.no_grad():
+                _, known = backward_log_probs(env, pb, sample_forward(env, pf, 64), distinct=True, return_known=True)
+        for seed in range(2):
+            torch.manual_seed(seed)
+            new = sample_backward(env, pb, x, known=known)
+            torch.manual_seed(seed)
+            old = _old_sample_backward(env, pb, x, known=known)
+            assert torch.equal(new.states, old.states) and torch.equal(new.actions, old.actions)
+            assert torch.equal(new.lengths, old.lengths)
+    for x in (grid.s0(4), grid.s0(0)):  # no move at all, and no trajectory
+        new = sample_backward(grid, None, x)
+        assert new.states.shape == (1, len(x), 2) and new.actions.shape == (0, len(x))
 
 
 def test_forced_backward_moves_skip_the_network_without_changing_anything(monkeypatch):
@@ -218,3 +291,19 @@ def test_forced_backward_moves_skip_the_network_without_changing_anything(monkey
     policy_logits(env, pb, on_axis, backward=True).log_softmax(-1).gather(
         1, env.backward_masks(on_axis).long().argmax(1, keepdim=True)).sum().backward()
     assert all(p.grad is not None and (p.grad == 0).all() for p in pb.parameters())
+
+
+def test_with_ancestors_lists_the_states_a_few_backward_moves_down():
+    """On a grid, the states within k backward moves of x are the y <= x (componentwise) with level(x) - level(y) <= k:
+    with_ancestors gives exactly those (x first), and stops adding levels once it holds max_rows rows."""
+    from zoo.gfnpg.sampling import with_ancestors
+
+    env = Hypergrid(7, 2)
+    x = torch.tensor([[3, 2], [5, 0]])
+    out = with_ancestors(env, x, 2, 1000)
+    assert torch.equal(out[:2], x)
+    got = set(map(tuple, out.tolist()))
+    want = {(a, b) for x1, x2 in x.tolist() for a in range(x1 + 1) for b in range(x2 + 1) if x1 + x2 - a - b <= 2}
+    assert got == want
+    assert len(with_ancestors(env, x, 2, 3)) == 2 + 3  # one level (3 parents), then the row budget is spent
+    assert torch.equal(with_ancestors(env, env.s0(2), 3, 100), env.s0(2))  # s0 has no parent

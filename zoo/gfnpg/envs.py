@@ -117,6 +117,11 @@ class Hypergrid(GFNEnv):
         self.feature_dim = self.height * self.ndim
         # Official RL-G guide on the grid: stop logit <= log 1e-5 where R <= R0 (trajectory_RL.py, HyperGrid()).
         self.guide = Guide(log_reward_max=math.log(R0) if R0 > 0 else -math.inf, log_eps=math.log(guide_eps))
+        # constants of the dynamics, built once (each was two or three small ops per call, and the samplers call
+        # them at every step): the unit move per action, the K-hot offsets i*H, the index weights H^(d-1-i)
+        self._unit = torch.eye(self.ndim, dtype=torch.long)
+        self._hot_offset = self.height * torch.arange(self.ndim)
+        self._index_base = self.height ** torch.arange(self.ndim - 1, -1, -1)
 
     def forward_masks(self, states):
         moves = states < self.height - 1
@@ -126,12 +131,10 @@ class Hypergrid(GFNEnv):
         return states > 0
 
     def step(self, states, actions):
-        a = actions[:, None]
-        return states.scatter_add(1, a, torch.ones_like(a))
+        return states + self._unit.to(states.device)[actions]
 
     def backward_step(self, states, actions):
-        a = actions[:, None]
-        return states.scatter_add(1, a, torch.full_like(a, -1))  # one op fewer per sampler step than -ones_like
+        return states - self._unit.to(states.device)[actions]
 
     def reward(self, states: torch.Tensor) -> torch.Tensor:
         h1 = self.height - 1
@@ -147,7 +150,7 @@ class Hypergrid(GFNEnv):
         return torch.nn.functional.one_hot(states, self.height).flatten(-2).float()
 
     def hot_index(self, states):
-        return states + self.height * torch.arange(self.ndim, device=states.device)  # feature i*H + x_i is 1
+        return states + self._hot_offset.to(states.device)  # feature i*H + x_i is 1
 
     def level(self, states):
         return states.sum(-1)
@@ -164,8 +167,7 @@ class Hypergrid(GFNEnv):
         return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, self.ndim)
 
     def state_index(self, states):
-        base = self.height ** torch.arange(self.ndim - 1, -1, -1, device=states.device)
-        return (states * base).sum(-1)
+        return (states * self._index_base.to(states.device)).sum(-1)
 
     def describe(self):
         return self.name

@@ -23,8 +23,8 @@ from zoo.gfnpg.envs import GFNEnv
 from zoo.gfnpg.exact import DEFAULT_MAX_STATES, StateGraph, exact_metrics
 from zoo.gfnpg.objectives import (LOG_REWARD_CLIP_MIN, actor_loss, advantages_and_targets, backward_tb_loss,
                                   critic_loss, db_loss, log_z_surrogate, rl_costs, subtb_loss, tb_loss)
-from zoo.gfnpg.sampling import (backward_log_probs, forward_log_probs, known_rows, last_move_rows, mlp, net_output,
-                                policy_log_probs, sample_backward, sample_forward, state_values)
+from zoo.gfnpg.sampling import (backward_log_probs, forward_log_probs, mlp, net_output, policy_log_probs,
+                                sample_backward, sample_forward, state_values)
 from zoo.gfnpg.trpo import trpo_step
 from zoo.hub import HubMixin
 
@@ -226,13 +226,14 @@ class GFNPGModule(HubMixin, L.LightningModule):
         env, hp = self.env, self.hparams
         valid = traj.valid
         with record_function("gfnpg/pi_F: log-probs with grad"):
-            log_pf = forward_log_probs(env, self.pf, traj)
+            log_pf = forward_log_probs(env, self.pf, traj, distinct=True)
         with record_function("gfnpg/pi_B: forward costs, no grad"), torch.no_grad():
-            # the costs are constants of the actor-critic step: no graph through pi_B
-            log_pb, pb_logits = backward_log_probs(env, self.pb, traj, return_logits=True, distinct=True)
+            # the costs are constants of the actor-critic step: no graph through pi_B. `known`: pi_B's logits at the
+            # forward children (x among them), which the backward sampler reuses (pi_B does not move in between)
+            log_pb, known = backward_log_probs(env, self.pb, traj, distinct=True, return_known=True)
         costs = rl_costs(log_pf.detach(), log_pb, traj, log_rewards, self.log_z.detach(), hp.log_reward_clip_min)
         with record_function("gfnpg/V: values with grad"):
-            values = state_values(env, self.value, traj)
+            values = state_values(env, self.value, traj, distinct=True)
         adv, targets = advantages_and_targets(costs, values.detach(), valid, hp.lamb)
         loss = critic_loss(targets, values, valid) + log_z_surrogate(self.log_z, costs)
         if hp.variant == "RL-T":  # official order: V step, log Z step, then the TRPO actor step
@@ -244,29 +245,23 @@ class GFNPGModule(HubMixin, L.LightningModule):
         else:
             self._step(opts["forward"], loss + actor_loss(adv, log_pf), "gfnpg/forward update")
         if self.pb is not None:
-            # pi_B at x, evaluated above for the costs (pi_B has not moved since): the backward sampler's first step
-            x_logits = pb_logits[last_move_rows(traj).clamp_min(0)] if pb_logits is not None else None
-            # and at every forward child: the backward sampler's later steps look their states up there
-            known = (known_rows(env, traj.states[1:][traj.valid & ~traj.is_stop], pb_logits)
-                     if pb_logits is not None else None)
-            self._backward_policy_step(opts, traj.terminal_states, log_rewards, x_logits, known)
+            self._backward_policy_step(opts, traj.terminal_states, log_rewards, known)
         return costs.sum(0).mean()  # the estimate of KL + log Z - log Z*
 
-    def _backward_policy_step(self, opts: dict, x: torch.Tensor, log_rewards: torch.Tensor,
-                              x_logits: Optional[torch.Tensor] = None, known=None) -> None:
+    def _backward_policy_step(self, opts: dict, x: torch.Tensor, log_rewards: torch.Tensor, known=None) -> None:
         """pi_B's update on backward trajectories from the batch's terminal states ``x`` (official
-        ``B_update_model``); ``x_logits``: pi_B's masked logits at x where the forward costs already computed them;
-        ``known``: the same at the forward children (``sampling.known_rows``), for the sampler's later steps."""
+        ``B_update_model``); ``known``: pi_B's masked logits where the forward costs already computed them
+        (``sampling.known_rows`` of the forward children, x among them), for the backward sampler."""
         env, hp = self.env, self.hparams
         guide = env.guide if hp.variant == "RL-G" else None
         with record_function("gfnpg/pi_B: sample backward trajectories"):
-            btraj = sample_backward(env, self.pb, x, first_logits=x_logits, known=known)
+            btraj = sample_backward(env, self.pb, x, known=known)
         valid = btraj.valid
         with record_function("gfnpg/pi_G: log-probs, no grad"), torch.no_grad():  # pi_G is a stop-gradient target
             log_pg = forward_log_probs(env, self.pf, btraj, guide=guide, distinct=True)
             log_pg_stop = policy_log_probs(env, self.pf, x, guide=guide)[:, -1] if hp.backward_loss == "tb" else None
         with record_function("gfnpg/pi_B: log-probs with grad"):
-            log_pb = backward_log_probs(env, self.pb, btraj)
+            log_pb = backward_log_probs(env, self.pb, btraj, distinct=True)
         if hp.backward_loss == "tb":
             loss = backward_tb_loss(log_pg, log_pb, valid, log_pg_stop, log_rewards, self.log_z,
                                     hp.log_reward_clip_min)
@@ -274,7 +269,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
         else:
             costs = (log_pb.detach() - log_pg) * valid  # c^B_t = log pi_B - log pi_G
             with record_function("gfnpg/V_B: values with grad"):
-                values = state_values(env, self.value_b, btraj)
+                values = state_values(env, self.value_b, btraj, distinct=True)
             adv, targets = advantages_and_targets(costs, values.detach(), valid, 1.0)
             self._step(opts["backward"], critic_loss(targets, values, valid) + actor_loss(adv, log_pb),
                        "gfnpg/backward update")
@@ -283,14 +278,14 @@ class GFNPGModule(HubMixin, L.LightningModule):
     def _balance_step(self, opts: dict, traj, log_rewards: torch.Tensor) -> torch.Tensor:
         env, hp = self.env, self.hparams
         with record_function("gfnpg/pi_F: log-probs with grad"):
-            log_pf = forward_log_probs(env, self.pf, traj)
+            log_pf = forward_log_probs(env, self.pf, traj, distinct=True)
         with record_function("gfnpg/pi_B: log-probs" + (" with grad" if self.pb is not None else ", uniform")):
-            log_pb = backward_log_probs(env, self.pb, traj)
+            log_pb = backward_log_probs(env, self.pb, traj, distinct=True)
         if self.method == "TB":
             loss = tb_loss(log_pf, log_pb, log_rewards, self.log_z, hp.log_reward_clip_min)
         else:
             with record_function("gfnpg/log F: flows with grad"):
-                flows = state_values(env, self.log_flow, traj)
+                flows = state_values(env, self.log_flow, traj, distinct=True)
             loss = (db_loss(log_pf, log_pb, flows, traj, log_rewards) if self.method == "DB" else
                     subtb_loss(log_pf, log_pb, flows, traj, log_rewards, hp.lamb, hp.log_reward_clip_min))
         self._step(opts["balance"], loss, "gfnpg/balance update")

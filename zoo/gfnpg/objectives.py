@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
+import torch.nn.functional as F
 
 from zoo.gfnpg.sampling import Trajectories
 
@@ -34,9 +35,8 @@ def _discount_matrix(length: int, lam: float, dtype: torch.dtype, device: torch.
 
 
 def discounted_reverse_cumsum(x: torch.Tensor, lam: float) -> torch.Tensor:
-    """y_t = sum_{l>=0} lam^l x_{t+l} along dim 0 (x is 0 past each trajectory's end)."""
-    if lam == 1.0:
-        return x.flip(0).cumsum(0).flip(0)
+    """y_t = sum_{l>=0} lam^l x_{t+l} along dim 0 (x is 0 past each trajectory's end): one product with the cached
+    triangular matrix, lam = 1 included (a reversed cumsum is three ops: flip, cumsum, flip)."""
     return _discount_matrix(x.shape[0], float(lam), x.dtype, x.device) @ x
 
 
@@ -47,12 +47,14 @@ def advantages_and_targets(costs: torch.Tensor, values: torch.Tensor, valid: tor
     is the Monte-Carlo cost-to-go sum_{t'>=t} c_{t'} (the official code uses lambda = 1 for it)."""
     mask = valid.to(costs.dtype)  # once: a product with the bool mask converts it at every call
     values = values * mask
-    next_values = torch.cat([values[1:], torch.zeros_like(values[:1])])
+    next_values = F.pad(values[1:], (0, 0, 0, 1))  # V(s_{t+1}), 0 after the last step
     deltas = (costs + next_values - values) * mask
-    adv = discounted_reverse_cumsum(deltas, lam) * mask
-    targets = discounted_reverse_cumsum(costs * mask, 1.0) * mask
+    # deltas and the masked costs are 0 past each trajectory's end, so their reverse sums are exactly 0 there too:
+    # no mask after the products, and the sum over all entries is the sum over the valid steps
+    adv = discounted_reverse_cumsum(deltas, lam)
+    targets = discounted_reverse_cumsum(costs * mask, 1.0)
     if centre:
-        adv = (adv - adv[valid].mean()) * mask
+        adv = (adv - adv.sum() / mask.sum()) * mask
     return adv, targets
 
 
@@ -112,7 +114,7 @@ def subtb_loss(log_pf: torch.Tensor, log_pb: torch.Tensor, log_flows: torch.Tens
     zero = torch.zeros_like(log_pf[:1])
     cum = torch.cat([zero, (log_pf - log_pb).cumsum(0)])  # (L+1, B): sum over steps < t
     flows = torch.cat([log_flows, zero])
-    ends = flows.scatter(0, n[None, :], log_rewards.clamp_min(clip).to(log_pf.dtype)[None, :])
+    ends = flows.scatter(0, n[None, :], log_rewards.clamp_min(clip).to(flows.dtype)[None, :])  # float64 flows too
     start = flows - cum  # a_i
     end = ends - cum  # b_j
     scores = start[:, None, :] - end[None, :, :]  # (i, j, B)

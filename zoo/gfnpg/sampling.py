@@ -69,6 +69,13 @@ def net_output(env: GFNEnv, net: nn.Module, states: torch.Tensor, table: Optiona
     return h
 
 
+# Where pi_B is evaluated ahead of the backward sampler (moves, rows; see with_ancestors): at the forward children's
+# ancestors with the forward costs (backward_log_probs), and at a missing state's ancestors (_known_or_evaluated).
+# Measured with fresh networks on the 256x256 grid (CPU, one thread): 3 moves / 256 rows cut the sampler's network
+# calls from ~5 to ~1 per batch; rows are nearly free in a call that runs anyway, a call is not.
+KNOWN_ANCESTORS = (3, 256)
+LOOKAHEAD = (2, 32)
+
 # See _forced_backward; False evaluates pi_B's network at every state (the tests compare both paths).
 SKIP_FORCED_BACKWARD = True
 
@@ -170,8 +177,8 @@ class Trajectories:
     lengths: torch.Tensor  # (B,) number of actions
     backward: bool = False
 
-    # valid and is_stop are computed once per batch (cached_property; the fields are never reassigned): an iteration
-    # reads them a dozen times, and each read was four to six small ops. Callers must not modify them in place.
+    # valid, is_stop and sources are computed once per batch (cached_property; the fields are never reassigned): an
+    # iteration reads them a dozen times, and each read was a few small ops. Callers must not modify them in place.
     @cached_property
     def valid(self) -> torch.Tensor:
         return torch.arange(self.actions.shape[0], device=self.actions.device)[:, None] < self.lengths[None, :]
@@ -181,6 +188,12 @@ class Trajectories:
         """(L, B) True at the stop step of forward trajectories."""
         t = torch.arange(self.actions.shape[0], device=self.actions.device)[:, None]
         return (t == self.lengths[None, :] - 1) & (not self.backward)
+
+    @cached_property
+    def sources(self) -> torch.Tensor:
+        """The states where an action is taken, one row per step (time-major): s_t of the forward moves and stops,
+        the children of the backward moves. pi_F and V (forward), pi_B and V_B (backward) are evaluated there."""
+        return self.states[:-1][self.valid]
 
     @property
     def terminal_states(self) -> torch.Tensor:
@@ -215,6 +228,30 @@ def sample_forward(env: GFNEnv, pf: Optional[nn.Module], n: int, device=None) ->
     return Trajectories(torch.stack(states), a, (a >= 0).sum(0), backward=False)
 
 
+def _distinct_sources(env: GFNEnv, traj: Trajectories) -> tuple[torch.Tensor, torch.Tensor]:
+    """``distinct_states`` of ``traj.sources``, grouped once per batch: pi_F's and V's passes share the forward
+    sources, pi_B's and V_B's the backward ones."""
+    cache = traj.__dict__.setdefault("_distinct_sources", {})
+    if id(env) not in cache:
+        cache[id(env)] = distinct_states(env, traj.sources)
+    return cache[id(env)]
+
+
+def with_ancestors(env: GFNEnv, states: torch.Tensor, moves: int, max_rows: int) -> torch.Tensor:
+    """``states`` followed by the distinct states 1, 2, ... ``moves`` backward moves from them, level by level while
+    the rows number fewer than ``max_rows`` (``states`` come first and whole; rows may repeat across levels)."""
+    out, frontier = [states], states
+    rows = len(states)
+    for _ in range(moves):
+        if rows >= max_rows or not len(frontier):
+            break
+        legal = env.backward_masks(frontier).nonzero()
+        frontier = distinct_states(env, env.backward_step(frontier[legal[:, 0]], legal[:, 1]))[0]
+        out.append(frontier)
+        rows += len(frontier)
+    return torch.cat(out) if len(out) > 1 else states
+
+
 def known_rows(env: GFNEnv, states: torch.Tensor, rows: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     """(sorted distinct keys, one row of ``rows`` per key) for ``sample_backward(known=...)``: rows (e.g. pi_B's masked
     logits) already computed at ``states``; ``None`` where the environment has no ``state_key`` or nothing is known."""
@@ -227,63 +264,79 @@ def known_rows(env: GFNEnv, states: torch.Tensor, rows: torch.Tensor) -> Optiona
 
 def _known_or_evaluated(env: GFNEnv, pb: nn.Module, states: torch.Tensor, known: tuple[torch.Tensor, torch.Tensor],
                         table: Optional[torch.Tensor]) -> torch.Tensor:
-    """pi_B's masked logits at ``states``: the known row where the state has one, the network at the others."""
+    """pi_B's masked logits at ``states``: the known row where the state has one, the network at the others.
+    ``known``: sorted keys ending with a sentinel above every key (``sample_backward`` appends it), so that the
+    search lands inside the table without a clamp; most steps find every state, and one comparison says so."""
     keys, rows = known
     key = env.state_key(states)
-    pos = torch.searchsorted(keys, key).clamp_max(len(keys) - 1)
-    logits = rows[pos]
-    miss = (keys[pos] != key).nonzero()[:, 0]
-    if len(miss):
-        logits = logits.index_copy(0, miss, policy_logits(env, pb, states[miss], backward=True, table=table))
-    return logits
+    pos = torch.searchsorted(keys, key)
+    logits, found = rows[pos], keys[pos]
+    if torch.equal(found, key):
+        return logits, known
+    miss = (found != key).nonzero()[:, 0]
+    # A trajectory that leaves the known states walks on among unknown ones: evaluate the network at the missing
+    # states and at their ancestors a few moves down (``LOOKAHEAD``: moves, rows) in one call, and add them to the
+    # table, so that the next steps find their states there (one network call instead of one per step).
+    wider, inverse = distinct_states(env, with_ancestors(env, states[miss], *LOOKAHEAD))
+    wider_logits = policy_logits(env, pb, wider, backward=True, table=table)
+    logits = logits.index_copy(0, miss, wider_logits[inverse[:len(miss)]])
+    # merged and sorted again, the sentinel kept last (a key already known may repeat: either row is pi_B's there)
+    merged_keys = torch.cat([env.state_key(wider), keys])
+    order = torch.argsort(merged_keys, stable=True)
+    return logits, (merged_keys[order], torch.cat([wider_logits, rows])[order])
 
 
 @torch.no_grad()
 def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor,
-                    first_logits: Optional[torch.Tensor] = None,
                     known: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> Trajectories:
     """Backward trajectories from the terminal states ``x`` to s0 with pi_B (``None``: uniform). Their lengths are
     known in advance (the level of x), so the batch is walked in order of decreasing length: the trajectories still
     moving at step t are then a prefix (a view, no boolean indexing per step); the batch order is restored at the
-    end. ``first_logits``: pi_B's masked logits at ``x`` (one row per x; rows of x = s0 are not read), where the
-    caller already has them under the same parameters: RL-B evaluates pi_B at every child of the forward
-    trajectories for their costs, x among them, and pi_B does not move before the backward update. The first step
-    then samples from those rows instead of evaluating pi_B at x a second time (the same logits, the same draws).
-    ``known``: ``known_rows`` of pi_B's masked logits at more states under the same parameters (RL-B: every child of
-    the forward trajectories); later steps take a state's row from it and evaluate the network only at the others
-    (with fresh networks on the 256x256 grid, ~4 of ~75 network rows per batch; most steps need no network call)."""
+    end. ``known``: ``known_rows`` of pi_B's masked logits at states where the caller already has them under the same
+    parameters: RL-B evaluates pi_B at every child of the forward trajectories for their costs, the terminal states x
+    among them (x = s0 makes no move), and pi_B does not move before the backward update. A step takes a state's row
+    from there and evaluates the network only at the others (the same logits, the same draws; with fresh networks on
+    the 256x256 grid, ~4 of ~75 network rows per batch, and most steps need no network call)."""
     lengths = env.level(x)
     n, L = len(x), int(lengths.max()) if len(x) else 0
     order = torch.argsort(lengths, descending=True, stable=True)
-    states = torch.full((L + 1, n, x.shape[1]), -1, dtype=x.dtype, device=x.device)
-    actions = torch.full((L, n), -1, dtype=torch.long, device=x.device)
-    states[0] = x[order]
     moving = (lengths[None, :] > torch.arange(L, device=x.device)[:, None]).sum(1).tolist()  # per step
     table = lookup_table(env, pb)
-    for t, m in enumerate(moving):
-        s = states[t, :m]
-        if t == 0 and first_logits is not None:
-            logits = first_logits[order[:m]]
-        elif known is not None and pb is not None:
-            logits = _known_or_evaluated(env, pb, s, known, table)
+    if known is not None and pb is not None:
+        keys, rows = known
+        known = (torch.cat([keys, keys.new_full((1,), torch.iinfo(keys.dtype).max)]), torch.cat([rows, rows[:1]]))
+    # Gumbel noise of every step drawn at once: -log E for E ~ Exp(1), the stream sample_actions draws step by step
+    # (on CPU the same numbers: exponential_ fills a tensor in order; tested against the per-step sampler)
+    p = next(pb.parameters()) if pb is not None else None
+    n_out = env.n_actions - 1
+    gumbel = torch.empty(sum(moving), n_out, dtype=p.dtype if p is not None else torch.float32,
+                         device=x.device).exponential_().log_()
+    start = 0
+    s = x[order]
+    states, actions = [s], []  # per step, the rows still moving (a prefix); padded to the batch once at the end
+    for m in moving:
+        if m < len(s):
+            s = s[:m]
+        if known is not None and pb is not None:
+            logits, known = _known_or_evaluated(env, pb, s, known, table)
         else:
             logits = policy_logits(env, pb, s, backward=True, table=table)
-        a = sample_actions(logits)
-        actions[t, :m] = a
-        states[t + 1, :m] = env.backward_step(s, a)
-    restore = torch.argsort(order)
-    return Trajectories(states[:, restore], actions[:, restore], lengths, backward=True)
-
-
-def last_move_rows(traj: Trajectories) -> torch.Tensor:
-    """(B,) for a forward batch: the row of each trajectory's x among the children ``traj.states[1:][moves]`` (moves
-    in time-major order) that ``backward_log_probs`` evaluates, or -1 where the trajectory makes no move (x = s0).
-    x is the child of the last move, taken at step ``length - 2``."""
-    moves = traj.valid & ~traj.is_stop
-    pos = moves.flatten().cumsum(0) - 1
-    b = torch.arange(len(traj), device=moves.device)
-    last = (traj.lengths - 2).clamp_min(0) * len(traj) + b
-    return torch.where(traj.lengths >= 2, pos[last], torch.full_like(b, -1))
+        a = (logits - gumbel[start:start + m]).argmax(-1)  # sample_actions(logits) with the noise drawn above
+        start += m
+        s = env.backward_step(s, a)
+        actions.append(a)
+        states.append(s)
+    # one write of every step's rows into the padded batch, in the batch's own order: step t's rows (the prefix
+    # order[:m_t], time-major as they were concatenated) go to the flat positions t * n + order[i]
+    t = torch.arange(L + 1, device=x.device)[:, None]
+    at = t * n + order[None, :]
+    sorted_lengths = lengths[order][None, :]
+    padded_states = x.new_full(((L + 1) * n, x.shape[1]), -1)
+    padded_states[at[t <= sorted_lengths]] = torch.cat(states)
+    padded_actions = torch.full((L * n,), -1, dtype=torch.long, device=x.device)
+    if L:
+        padded_actions[at[:-1][t[:-1] < sorted_lengths]] = torch.cat(actions)
+    return Trajectories(padded_states.view(L + 1, n, x.shape[1]), padded_actions.view(L, n), lengths, backward=True)
 
 
 def forward_log_probs(env: GFNEnv, pf: Optional[nn.Module], traj: Trajectories, guide: Optional[Guide] = None,
@@ -292,37 +345,70 @@ def forward_log_probs(env: GFNEnv, pf: Optional[nn.Module], traj: Trajectories, 
     t is states[t+1] -> states[t], taken by forward action actions[t]; the stop action is not part of it.
     ``distinct``: see ``policy_logits``."""
     valid = traj.valid
-    parents = traj.states[1:][valid] if traj.backward else traj.states[:-1][valid]
+    parents = traj.states[1:][valid] if traj.backward else traj.sources
     acts = traj.actions[valid]
     out = torch.zeros(valid.shape, dtype=dtype, device=valid.device)
-    lp = policy_log_probs(env, pf, parents, guide=guide, dtype=dtype, distinct=distinct)
-    return out.masked_scatter(valid, lp.gather(1, acts[:, None])[:, 0].to(dtype))
+    if distinct and pf is not None and len(parents):
+        # each distinct parent once; one index picks (repeat row, action): the rows' values, and with gradients the
+        # sum over a state's repeats flows back through one network row (the same gradient, summed in another order)
+        reps, inverse = distinct_states(env, parents) if traj.backward else _distinct_sources(env, traj)
+        picked = policy_log_probs(env, pf, reps, guide=guide, dtype=dtype)[inverse, acts]
+    else:
+        picked = policy_log_probs(env, pf, parents, guide=guide, dtype=dtype).gather(1, acts[:, None])[:, 0]
+    return out.masked_scatter(valid, picked.to(dtype))
 
 
 def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories, dtype: torch.dtype = torch.float32,
-                       return_logits: bool = False, distinct: bool = False):
+                       return_logits: bool = False, distinct: bool = False, return_known: bool = False):
     """(L, B) log pi_B(s_t | s_{t+1}) of every move (0 at the stop step and at padding). ``return_logits``: also return
-    the masked logits of pi_B at the evaluated states (one row per move, time-major; ``last_move_rows`` finds x's).
-    ``distinct``: see ``policy_logits``."""
+    the masked logits of pi_B at the evaluated states (one row per move, time-major). ``return_known``: instead, also
+    return ``known_rows`` of those logits (for ``sample_backward(known=...)``; built from the distinct states when
+    ``distinct``, a shorter grouping than over every row; ``None`` for the uniform pi_B). ``distinct``: see ``policy_logits`` (with gradients too:
+    the same values, and the gradient of a state's repeats summed before it flows through the network)."""
     if traj.backward:
         moves = traj.valid
-        children = traj.states[:-1][moves]
+        children = traj.sources
     else:
         moves = traj.valid & ~traj.is_stop
         children = traj.states[1:][moves]
     acts = traj.actions[moves]
     out = torch.zeros(moves.shape, dtype=dtype, device=moves.device)
-    if not moves.any():
-        return (out, None) if return_logits else out
-    logits = policy_logits(env, pb, children, backward=True, dtype=dtype, distinct=distinct)
-    lp = logits.log_softmax(-1)  # = policy_log_probs(env, pb, children, backward=True, dtype=dtype)
-    out = out.masked_scatter(moves, lp.gather(1, acts[:, None])[:, 0].to(dtype))
+    if not len(acts):
+        return (out, None) if return_logits or return_known else out
+    if distinct and pb is not None:
+        reps, inverse = _distinct_sources(env, traj) if traj.backward else distinct_states(env, children)
+        if return_known:
+            # the known rows also hold pi_B at the children's ancestors a few moves down, evaluated in the same call
+            # while that call stays small: the backward sampler's next states, many of which are not forward
+            # children themselves (fewer network calls there; with long trajectories the call is large, and the
+            # sampler's own lookahead takes over)
+            wider, wider_inverse = distinct_states(env, with_ancestors(env, reps, *KNOWN_ANCESTORS))
+            wider_logits = policy_logits(env, pb, wider, backward=True, dtype=dtype)
+            logits = wider_logits[wider_inverse[:len(reps)]]
+            known = known_rows(env, wider, wider_logits)
+        else:
+            logits = policy_logits(env, pb, reps, backward=True, dtype=dtype)
+            known = None
+        picked = logits.log_softmax(-1)[inverse, acts]
+        logits = logits[inverse] if return_logits else None
+    else:
+        logits = policy_logits(env, pb, children, backward=True, dtype=dtype)
+        picked = logits.log_softmax(-1).gather(1, acts[:, None])[:, 0]
+        known = known_rows(env, children, logits) if return_known and pb is not None else None
+    out = out.masked_scatter(moves, picked.to(dtype))
+    if return_known:
+        return out, known
     return (out, logits) if return_logits else out
 
 
-def state_values(env: GFNEnv, net: nn.Module, traj: Trajectories) -> torch.Tensor:
-    """(L, B) net(s_t) at the states where an action is taken (0 at padding): V for the critic, log F for DB/SubTB."""
+def state_values(env: GFNEnv, net: nn.Module, traj: Trajectories, distinct: bool = False) -> torch.Tensor:
+    """(L, B) net(s_t) at the states where an action is taken (0 at padding): V for the critic, log F for DB/SubTB.
+    ``distinct``: each distinct state evaluated once (see ``forward_log_probs``)."""
     valid = traj.valid
     p = next(net.parameters())
     out = torch.zeros(valid.shape, dtype=p.dtype, device=valid.device)
-    return out.masked_scatter(valid, net_output(env, net, traj.states[:-1][valid])[:, 0])
+    states = traj.sources
+    if distinct and len(states):
+        reps, inverse = _distinct_sources(env, traj)
+        return out.masked_scatter(valid, net_output(env, net, reps)[inverse, 0])
+    return out.masked_scatter(valid, net_output(env, net, states)[:, 0])
