@@ -602,31 +602,28 @@ class ByzantineIdentification(Callback):
         mean, or with ``exclude`` the unflagged ranks' mean) is formed here, in float64, from every rank's local
         gradient in the one gather, instead of by a second collective: carried in the row, or rebuilt from the
         rank's halves as g_r = (n1·g1_r + n2·g2_r)/(n1 + n2) (the inverse of g2 = (B·g − n1·g1)/n2: equal to g_r to
-        float64 rounding, so a float32 gradient comes back exactly). Returns whether ``.grad`` holds the average
+        float64 rounding). Returns whether ``.grad`` holds the average
         now (False: the caller all-reduces)."""
         rank, world = trainer.global_rank, trainer.world_size
         # this rank's half sizes and the one-pass test's outcome ride in the same gather
         row[2 * d], row[2 * d + 1] = self._sizes
         row[2 * d + 2] = float(mismatch)
         gathered = self._all_gather(trainer, row).cpu()
-        n1s, n2s = gathered[:, 2 * d], gathered[:, 2 * d + 1]
-        n_half = int(torch.minimum(n1s, n2s).min())
-        any_mismatch = bool(gathered[:, 2 * d + 2].any())
+        sizes = gathered[:, 2 * d: 2 * d + 2].numpy()  # (world, 2): every rank's n1, n2 (numpy: tiny ops)
+        n_half = int(sizes.min())
+        mismatches = gathered[:, 2 * d + 2].numpy()
+        any_mismatch = bool(mismatches.any())
         if from_step:
             self._verified = True
             if any_mismatch:
-                bad = gathered[:, 2 * d + 1].nonzero().flatten().tolist()
+                bad = np.flatnonzero(mismatches).tolist()
                 rank_zero_warn(f"ByzantineIdentification: on ranks {bad} g2 derived from the step's gradient differs "
                                "from the direct g2 (a loss that is not the batch mean, or randomness in the forward "
                                "pass); this check used the direct g2, and later checks use two passes")
                 self.one_pass = False
         G1, G2 = gathered[:, :d], gathered[:, d: 2 * d]
-        if local and carried:
-            local_rows = gathered[:, 2 * d + EXTRA:]
-        elif local and not any_mismatch:  # before any attack rewrites the reports: the ranks' training gradients
-            local_rows = (n1s.unsqueeze(1) * G1 + n2s.unsqueeze(1) * G2) / (n1s + n2s).unsqueeze(1)
-        else:
-            local_rows = None
+        reported = (G1.numpy(), G2.numpy())  # the ranks' own halves, before any attack rewrites G1, G2
+        average = bool(local) and (carried or not any_mismatch)
         sigma0 = None
         if self.estimator == "filter":  # a tensor broadcast of the known (d, d) shape, not a pickled object
             sigma0 = (covariance(self.per_sample_gradients(pl_module, batch).cpu()) if rank == self.trusted_rank
@@ -642,12 +639,18 @@ class ByzantineIdentification(Callback):
         self.flagged = [w for w, f in zip(workers, result.flagged.tolist()) if f]
         if self.action == "exclude":
             self._weight = 0.0 if rank in self.flagged else 1.0 / (world - len(self.flagged))
-        if local_rows is not None:  # Σ_r weight_r · g_r (the all-reduce that no_sync skipped)
-            weights = torch.full((world,), 1.0 / world, dtype=torch.float64)
+        if average:  # Σ_r weight_r · g_r (the all-reduce that no_sync skipped), in numpy: a few (world, d) passes
+            weights = np.full(world, 1.0 / world)
             if self.action == "exclude":
-                weights.fill_(1.0 / (world - len(self.flagged)))
+                weights[:] = 1.0 / (world - len(self.flagged))
                 weights[self.flagged] = 0.0
-            mean = weights @ local_rows
+            if carried:
+                mean = np.einsum("r,rd->d", weights, gathered[:, 2 * d + EXTRA:].numpy())  # einsum: no BLAS threads
+            else:  # g_r rebuilt from its halves: Σ_r w_r (n1_r g1_r + n2_r g2_r) / (n1_r + n2_r)
+                scale = weights / sizes.sum(axis=1)
+                mean = np.einsum("r,rd->d", scale * sizes[:, 0], reported[0])
+                mean += np.einsum("r,rd->d", scale * sizes[:, 1], reported[1])
+            mean = torch.from_numpy(mean)
             for g, part in zip(local, mean.split([g.numel() for g in local])):
                 g.copy_(part.view_as(g))
         split = ("two passes" if not from_step else "direct g2 (the one-pass test failed)" if any_mismatch
@@ -661,7 +664,7 @@ class ByzantineIdentification(Callback):
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
             self._write(trainer, record, G1, G2, result.W)
-        return local_rows is not None
+        return average
 
     def _write(self, trainer: L.Trainer, record: dict, G1: torch.Tensor, G2: torch.Tensor, W: torch.Tensor) -> None:
         """The check's rows in ``<dir>/byzantine/checks.csv`` (one file for the run, opened once and kept open,
