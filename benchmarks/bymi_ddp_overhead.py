@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import platform
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -173,6 +174,8 @@ def main() -> None:
                     other = [r[2] for r in rows if r[0] % args.every]
                     per[name] = dict(wall=float(np.mean([r[1] for r in rows])), cpu=float(np.mean([r[2] for r in rows])),
                                      extra=float(np.mean(check) - np.mean(other)))
+                    print(json.dumps({"hidden": hidden, "round": rep, "variant": name, **per[name]}), file=sys.stderr,
+                          flush=True)  # a run's figures as they come (a run cut short still leaves them)
                     res[name]["check_cpu"] += check
                     res[name]["other_cpu"] += other
                     for k, v in out["spans"].items():

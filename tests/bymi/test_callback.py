@@ -334,3 +334,30 @@ def test_a_check_s_csv_rows_survive_a_crash_right_after_it(tmp_path):
     assert cb._csv_file is None
     rows = list(csv.DictReader(open(tmp_path / "byzantine" / "checks.csv")))
     assert [r["step"] for r in rows] == ["30"] * 3 + ["40"] * 3  # one header, both checks
+
+
+def test_a_rank_whose_one_pass_test_failed_is_named_and_the_average_left_to_the_all_reduce(tmp_path):
+    """If any rank's first-check test found g2 ≠ (B·g − n1·g1)/n2 (its direct g2 was sent), the halves do not
+    rebuild that rank's g: `_identify` warns with the rank, switches to two passes, and leaves `.grad` alone (the
+    caller's flat all-reduce averages it)."""
+    L.seed_everything(4, verbose=False)
+    model = FeatureClassifier(hidden=3).double()
+    params = list(model.parameters())
+    D = sum(p.numel() for p in params)
+    cb = ByzantineIdentification(estimator="geom", alpha=0.2, offset=0, log_dir=str(tmp_path))
+    cb._params, cb._dim, cb._whole_model, cb.one_pass = params, D, True, True
+    batch = [t.double() if t.is_floating_point() else t for t in _batch(40)]
+    _step_gradient(model, batch)
+    row = torch.empty(2 * D + 3, dtype=torch.float64)
+    cb.split_gradients_from_step(model, batch, cb.split_generator(0, 0), out=row[: 2 * D].view(2, D))
+    other = row.clone()
+    other[: 2 * D] += 0.01
+    other[2 * D:] = torch.tensor([20.0, 20.0, 1.0])  # rank 1: n1, n2, and its test failed
+    cb._all_gather = lambda trainer, r: torch.stack([r, other])
+    before = [p.grad.clone() for p in params]
+    with pytest.warns(UserWarning, match=r"on ranks \[1\] g2 derived"):
+        averaged = cb._identify(_Trainer(tmp_path), model, batch, row, D, False, 0, from_step=True,
+                                local=[p.grad for p in params])
+    cb.teardown(None, model, "fit")
+    assert not averaged and not cb.one_pass
+    assert all(torch.equal(p.grad, b) for p, b in zip(params, before))
