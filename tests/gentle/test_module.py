@@ -140,6 +140,10 @@ def test_gradient_norm_logging_leaves_the_training_step_unchanged():
     # second step: θ - θ̄ = (1 - β)(θ1 - θ0) after the first anchor update, so the proximal pull is non-zero
     assert logged["train/grad_fit"] > 0 and logged["train/grad_ot"] > 0 and logged["train/grad_prox"] > 0
     assert -1 <= logged["train/grad_cos"] <= 1
+    ablation = GENTLEModule(x_dim=3, lambda_ot=0.0, n_u=8, n_eval_samples=10, log_grad_norms=True)  # fit term only
+    t = trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0)
+    t.fit(ablation, datamodule=tiny_data())
+    assert {"train/grad_fit", "train/grad_prox"} <= set(t.callback_metrics) and "train/grad_ot" not in t.callback_metrics
 
 
 def test_evaluation_logs_wd_and_ks_and_samples_are_destandardised():
