@@ -204,3 +204,25 @@ def test_backward_sampler_with_known_rows_draws_the_plain_trajectories(make_net)
     inside = torch.isin(visited, known[0])
     assert inside.any() and (~inside).any()
     assert known_rows(_NoKey(8, 2), children, logits) is None
+
+
+def test_backward_sampler_without_lookahead_draws_the_same(monkeypatch, make_net):
+    """A known table above LOOKAHEAD_TABLE_MAX rows: misses are evaluated alone, not merged; the same draws."""
+    import zoo.gfnpg.sampling as sampling
+    from zoo.gfnpg.sampling import known_rows
+
+    env = Hypergrid(8, 2, R0=0.1)
+    pf = make_net(env.feature_dim, env.n_actions, seed=0)
+    pb = make_net(env.feature_dim, env.n_actions - 1, seed=1)
+    torch.manual_seed(0)
+    traj = sample_forward(env, pf, 64)
+    children = traj.states[1:][traj.valid & ~traj.is_stop]
+    _, logits = backward_log_probs(env, pb, traj, torch.float64, return_logits=True)
+    known = known_rows(env, children, logits)
+    x = torch.cat([traj.terminal_states, env.all_states()[-5:]])
+    draws = []
+    for table_max in (10**9, 0):
+        monkeypatch.setattr(sampling, "LOOKAHEAD_TABLE_MAX", table_max)
+        torch.manual_seed(1)
+        draws.append(sample_backward(env, pb, x, known=known))
+    assert torch.equal(draws[0].states, draws[1].states) and torch.equal(draws[0].actions, draws[1].actions)

@@ -76,6 +76,7 @@ def net_output(env: GFNEnv, net: nn.Module, states: torch.Tensor, table: Optiona
 # pi_B's MLP costs ~0.5 ms whatever its rows (~10 us each); the widened call evaluates ~115 states instead of ~35.
 KNOWN_ANCESTORS = (3, 256)
 LOOKAHEAD = (2, 32)
+LOOKAHEAD_TABLE_MAX = 4096  # known rows beyond which a miss is evaluated alone (the table is not merged and re-sorted)
 
 # See _forced_backward; False evaluates pi_B's network at every state (the tests compare both paths).
 SKIP_FORCED_BACKWARD = True
@@ -275,6 +276,8 @@ def _known_or_evaluated(env: GFNEnv, pb: nn.Module, states: torch.Tensor, known:
     if torch.equal(found, key):
         return logits, known
     miss = (found != key).nonzero()[:, 0]
+    if len(keys) > LOOKAHEAD_TABLE_MAX:  # a large table (long trajectories): re-sorting it per miss costs more
+        return logits.index_copy(0, miss, policy_logits(env, pb, states[miss], backward=True, table=table)), known
     # A trajectory that leaves the known states walks on among unknown ones: evaluate the network at the missing
     # states and at their ancestors a few moves down (``LOOKAHEAD``: moves, rows) in one call, and add them to the
     # table, so that the next steps find their states there (one network call instead of one per step).
