@@ -156,7 +156,7 @@ PAPERS: dict[str, Paper] = {
             "ByMI: Byzantine Machine Identification with False Discovery Rate Control",
             "https://proceedings.mlr.press/v235/qian24b.html",
             "github.com/mywang99/ByMI",
-            status="in progress",
+            status="implemented",
             modules=("zoo.bymi.ByMIExperiment", "zoo.bymi.FeatureClassifier"),
             datamodules=("datamodules.byzantine.ByzantineDataModule", "datamodules.byzantine.MachineShardDataModule"),
             callbacks=("callbacks.byzantine_identification.ByzantineIdentification",
