@@ -10,8 +10,16 @@ import pytest
 import torch
 
 from zoo.gfnpg import Hypergrid, StateGraph
-from zoo.gfnpg.sampling import (Trajectories, backward_log_probs, lookup_table, mlp, net_output, policy_logits,
-                                sample_backward, sample_forward)
+from zoo.gfnpg.sampling import (
+    Trajectories,
+    backward_log_probs,
+    lookup_table,
+    mlp,
+    net_output,
+    policy_logits,
+    sample_backward,
+    sample_forward,
+)
 
 
 @pytest.mark.parametrize("n_rows", [10, 512])  # both gathers: strided (few rows) and from a contiguous copy

@@ -21,10 +21,28 @@ from torch.profiler import record_function
 from zoo.errors import ZooError
 from zoo.gfnpg.envs import GFNEnv
 from zoo.gfnpg.exact import DEFAULT_MAX_STATES, StateGraph, exact_metrics
-from zoo.gfnpg.objectives import (LOG_REWARD_CLIP_MIN, actor_loss, advantages_and_targets, backward_tb_loss,
-                                  critic_loss, db_loss, log_z_surrogate, rl_costs, subtb_loss, tb_loss)
-from zoo.gfnpg.sampling import (backward_log_probs, forward_log_probs, mlp, net_output, policy_log_probs,
-                                sample_backward, sample_forward, state_values)
+from zoo.gfnpg.objectives import (
+    LOG_REWARD_CLIP_MIN,
+    actor_loss,
+    advantages_and_targets,
+    backward_tb_loss,
+    critic_loss,
+    db_loss,
+    log_z_surrogate,
+    rl_costs,
+    subtb_loss,
+    tb_loss,
+)
+from zoo.gfnpg.sampling import (
+    backward_log_probs,
+    forward_log_probs,
+    mlp,
+    net_output,
+    policy_log_probs,
+    sample_backward,
+    sample_forward,
+    state_values,
+)
 from zoo.gfnpg.trpo import trpo_step
 from zoo.hub import HubMixin
 

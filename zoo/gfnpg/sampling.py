@@ -265,8 +265,9 @@ def known_rows(env: GFNEnv, states: torch.Tensor, rows: torch.Tensor) -> Optiona
 
 
 def _known_or_evaluated(env: GFNEnv, pb: nn.Module, states: torch.Tensor, known: tuple[torch.Tensor, torch.Tensor],
-                        table: Optional[torch.Tensor]) -> torch.Tensor:
-    """pi_B's masked logits at ``states``: the known row where the state has one, the network at the others.
+                        table: Optional[torch.Tensor]) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """(pi_B's masked logits at ``states``, the known rows for the next step): the known row where the state has
+    one, the network at the others (and, while the table is small, at their ancestors, added to the table).
     ``known``: sorted keys ending with a sentinel above every key (``sample_backward`` appends it), so that the
     search lands inside the table without a clamp; most steps find every state, and one comparison says so."""
     keys, rows = known
@@ -295,12 +296,12 @@ def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor,
                     known: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> Trajectories:
     """Backward trajectories from the terminal states ``x`` to s0 with pi_B (``None``: uniform). Their lengths are
     known in advance (the level of x), so the batch is walked in order of decreasing length: the trajectories still
-    moving at step t are then a prefix (a view, no boolean indexing per step); the batch order is restored at the
-    end. ``known``: ``known_rows`` of pi_B's masked logits at states where the caller already has them under the same
-    parameters: RL-B evaluates pi_B at every child of the forward trajectories for their costs, the terminal states x
-    among them (x = s0 makes no move), and pi_B does not move before the backward update. A step takes a state's row
-    from there and evaluates the network only at the others (the same logits, the same draws; with fresh networks on
-    the 256x256 grid, ~4 of ~75 network rows per batch, and most steps need no network call)."""
+    moving at step t are then a prefix (a view, no boolean indexing per step); every step's rows are written into
+    the padded batch, in the batch's order, at the end. ``known``: ``known_rows`` of pi_B's masked logits at states
+    where the caller already has them under the same parameters: RL-B evaluates pi_B for its costs at every child of
+    the forward trajectories (the terminal states x among them; x = s0 makes no move) and at their ancestors a few
+    moves down, and pi_B does not move before the backward update. A step takes a state's row from there and
+    evaluates the network only at the others (the same logits, the same draws; see KNOWN_ANCESTORS)."""
     lengths = env.level(x)
     n, L = len(x), int(lengths.max()) if len(x) else 0
     order = torch.argsort(lengths, descending=True, stable=True)
@@ -366,9 +367,10 @@ def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories,
                        return_logits: bool = False, distinct: bool = False, return_known: bool = False):
     """(L, B) log pi_B(s_t | s_{t+1}) of every move (0 at the stop step and at padding). ``return_logits``: also return
     the masked logits of pi_B at the evaluated states (one row per move, time-major). ``return_known``: instead, also
-    return ``known_rows`` of those logits (for ``sample_backward(known=...)``; built from the distinct states when
-    ``distinct``, a shorter grouping than over every row; ``None`` for the uniform pi_B). ``distinct``: see ``policy_logits`` (with gradients too:
-    the same values, and the gradient of a state's repeats summed before it flows through the network)."""
+    return ``known_rows`` of pi_B's logits (for ``sample_backward(known=...)``; with ``distinct``, at the children and
+    their ancestors, ``KNOWN_ANCESTORS``; ``None`` for the uniform pi_B). ``distinct``: see ``policy_logits`` (with
+    gradients too: the same values, and the gradient of a state's repeats summed before it flows through the
+    network)."""
     if traj.backward:
         moves = traj.valid
         children = traj.sources
