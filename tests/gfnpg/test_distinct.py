@@ -180,10 +180,9 @@ def test_cached_masks_equal_fresh_ones(make_net):
         assert not back.is_stop.any()
 
 
-def test_backward_sampler_with_known_rows_draws_the_plain_trajectories(make_net):
-    """sample_backward(known=...): pi_B's rows looked up at states the forward costs evaluated, the network at the
-    rest; the same draws as the sampler evaluating the network at every step (float64), with states both inside and
-    outside the known set."""
+def _known_table(make_net):
+    """pi_B's known rows at the forward children of a batch, and terminal states plus corner states (whose backward
+    paths leave the known set)."""
     from zoo.gfnpg.sampling import known_rows
 
     env = Hypergrid(8, 2, R0=0.1)
@@ -194,7 +193,17 @@ def test_backward_sampler_with_known_rows_draws_the_plain_trajectories(make_net)
     children = traj.states[1:][traj.valid & ~traj.is_stop]
     _, logits = backward_log_probs(env, pb, traj, torch.float64, return_logits=True)
     known = known_rows(env, children, logits)
-    x = torch.cat([traj.terminal_states, env.all_states()[-5:]])  # corner states: their paths leave the known set
+    x = torch.cat([traj.terminal_states, env.all_states()[-5:]])
+    return env, pb, children, logits, known, x
+
+
+def test_backward_sampler_with_known_rows_draws_the_plain_trajectories(make_net):
+    """sample_backward(known=...): pi_B's rows looked up at states the forward costs evaluated, the network at the
+    rest; the same draws as the sampler evaluating the network at every step (float64), with states both inside and
+    outside the known set."""
+    from zoo.gfnpg.sampling import known_rows
+
+    env, pb, children, logits, known, x = _known_table(make_net)
     torch.manual_seed(1)
     plain = sample_backward(env, pb, x)
     torch.manual_seed(1)
@@ -209,17 +218,8 @@ def test_backward_sampler_with_known_rows_draws_the_plain_trajectories(make_net)
 def test_backward_sampler_without_lookahead_draws_the_same(monkeypatch, make_net):
     """A known table above LOOKAHEAD_TABLE_MAX rows: misses are evaluated alone, not merged; the same draws."""
     import zoo.gfnpg.sampling as sampling
-    from zoo.gfnpg.sampling import known_rows
 
-    env = Hypergrid(8, 2, R0=0.1)
-    pf = make_net(env.feature_dim, env.n_actions, seed=0)
-    pb = make_net(env.feature_dim, env.n_actions - 1, seed=1)
-    torch.manual_seed(0)
-    traj = sample_forward(env, pf, 64)
-    children = traj.states[1:][traj.valid & ~traj.is_stop]
-    _, logits = backward_log_probs(env, pb, traj, torch.float64, return_logits=True)
-    known = known_rows(env, children, logits)
-    x = torch.cat([traj.terminal_states, env.all_states()[-5:]])
+    env, pb, _, _, known, x = _known_table(make_net)
     draws = []
     for table_max in (10**9, 0):
         monkeypatch.setattr(sampling, "LOOKAHEAD_TABLE_MAX", table_max)
