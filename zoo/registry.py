@@ -181,11 +181,11 @@ PAPERS: dict[str, Paper] = {
             "DPO-Diff: On Discrete Prompt Optimization for Diffusion Models",
             _arxiv("2407.01606"),
             "github.com/ruocwang/dpo-diffusion",
-            status="in progress",
+            status="implemented",
             modules=("zoo.dpodiff.DPODiffModule",),
             datamodules=("datamodules.prompts.PromptsDataModule",),
             configs=("dpodiff_improve_diffusiondb", "dpodiff_attack_diffusiondb", "dpodiff_improve_coco"),
-            sweeps=("dpodiff_tiny_search",),
+            sweeps=("dpodiff_tiny_search", "dpodiff_tiny_epo_long"),
             smoke_verbs=("test",),
         ),
         Paper(
