@@ -39,7 +39,6 @@ def test_epo_operators_keep_every_slot_in_its_space_and_respect_the_budget():
     assert ranked[0]["loss"] == min(table[tuple(c)] for c in drawn)
 
 
-
 def test_epo_generations_breed_from_the_elite_of_everything_scored_and_spend_the_budget_exactly():
     """The 120-evaluation sweep's setting (official population 20, top 10, 10 mutations at p = 0.1, 10 crossovers):
     a uniform population of 20, then 5 generations of 20 (10 mutants, 10 children). Each generation's parents are
@@ -68,6 +67,7 @@ def test_epo_generations_breed_from_the_elite_of_everything_scored_and_spend_the
         assert all(any(all(x in (a[i], b[i]) for i, x in enumerate(c)) for a in elite for b in elite)
                    for c in children), g
     assert min(loss[c] for c in scored[20:]) < min(loss[c] for c in scored[:20])  # evolution improved on the start
+
 
 def test_epo_and_random_find_the_brute_force_optimum_of_a_small_space():
     # separable (a sum of per-slot terms), so mutation and crossover can assemble the optimum; random search with
