@@ -196,11 +196,12 @@ def paired_table(runs: list[dict], group_by: list[str], baseline: str, metrics: 
             s = aggregate(d) if d else None
             p = float(ttest_1samp(d, 0.0).pvalue) if len(d) > 1 else float("nan")  # = the paired t-test
             below, above = sum(x < 0 for x in d), sum(x > 0 for x in d)
-            if fmt == "csv":
-                row += [s and s["mean"], s and s["std"], below, above, p] if s else [None] * 5
+            if s is None:
+                row += [None] * 5 if fmt == "csv" else [""] * 3
+            elif fmt == "csv":
+                row += [s["mean"], s["std"], below, above, p]
             else:
-                row += ["" if s is None else f"{_num(s['mean'])} ± {_num(s['std'])}",
-                        "" if s is None else f"{below}/{above}", "" if s is None else _num(p)]
+                row += [f"{_num(s['mean'])} ± {_num(s['std'])}", f"{below}/{above}", _num(p)]
         rows.append(row)
     return header, rows
 
