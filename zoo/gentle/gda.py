@@ -75,7 +75,7 @@ def gradient_norms(terms: dict[str, torch.Tensor], params: Params) -> dict[str, 
         g = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
         grads[name] = torch.cat([(torch.zeros_like(p) if gi is None else gi).flatten() for p, gi in zip(params, g)])
     out = {name: g.norm().detach() for name, g in grads.items()}
-    first, second = list(grads.values())[:2] if len(grads) >= 2 else (None, None)
-    if first is not None:
+    if len(grads) >= 2:
+        first, second = list(grads.values())[:2]
         out["cos"] = torch.nn.functional.cosine_similarity(first, second, dim=0).detach()
     return out

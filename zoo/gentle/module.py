@@ -240,26 +240,22 @@ class GENTLEModule(ConditionalGeneratorModule):
         grid, cdf = self.cdf_grid[idx], self.cdf_values[idx]
         parts: dict[str, torch.Tensor] = {}
 
-        def grad_norms(l_fit: torch.Tensor, ot: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-            mapping = list(self.mapping.parameters())
-            terms = {"grad_fit": l_fit} if ot is None else {"grad_fit": l_fit, "grad_ot": ot}
-            norms = gradient_norms(terms, mapping)
-            # ∇ (r1/2)‖θ - θ̄‖² = r1 (θ - θ̄), evaluated before this step, as the generator's loss is
-            norms["grad_prox"] = hp.r1 * proximal_penalty(mapping, self.anchors["mapping"]).detach().sqrt()
-            return {k if k.startswith("grad_") else f"grad_{k}": v for k, v in norms.items()}
-
         def generator_loss() -> torch.Tensor:
             u = torch.rand(len(idx), hp.n_u, device=self.device)
             a = self.T(u, x_i)
-            parts["l_fit"] = (u - interpolate_cdf(grid, cdf, a)).square().mean()
-            if hp.lambda_ot == 0:
-                if hp.log_grad_norms:
-                    parts.update(grad_norms(parts["l_fit"]))
-                return parts["l_fit"]
-            parts["reg_generator"] = self.ot_term(a, x_j)
+            parts["l_fit"] = loss = (u - interpolate_cdf(grid, cdf, a)).square().mean()
+            terms = {"fit": loss}
+            if hp.lambda_ot != 0:
+                parts["reg_generator"] = self.ot_term(a, x_j)
+                terms["ot"] = hp.lambda_ot * parts["reg_generator"]
+                loss = loss + terms["ot"]
             if hp.log_grad_norms:  # is the OT term's pull on θ comparable to the fit term's? (cards/gentle.md)
-                parts.update(grad_norms(parts["l_fit"], hp.lambda_ot * parts["reg_generator"]))
-            return parts["l_fit"] + hp.lambda_ot * parts["reg_generator"]
+                mapping = list(self.mapping.parameters())
+                norms = gradient_norms(terms, mapping)
+                # ∇ (r1/2)‖θ - θ̄‖² = r1 (θ - θ̄), evaluated before this step, as the generator's loss is
+                norms["prox"] = hp.r1 * proximal_penalty(mapping, self.anchors["mapping"]).detach().sqrt()
+                parts.update({f"grad_{k}": v for k, v in norms.items()})
+            return loss
 
         def potential_objective() -> torch.Tensor:
             if hp.lambda_ot == 0:  # nothing to ascend: only the proximal term, which stays at 0
