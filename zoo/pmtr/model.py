@@ -98,9 +98,11 @@ class PMTR(nn.Module):
             with torch.no_grad():
                 gt_idx, gt_ov = node_correspondences(src_nds, trg_nds, src_kp, trg_kp, gt_rotation, gt_translation,
                                                      self.matching_radius, src_nm, trg_nm, src_km, trg_km)
-                has_gt_nodes = bool((gt_ov > self.positive_overlap).any())
-                gt_nodes = (superpoint_targets(gt_idx, gt_ov, self.num_node_correspondences, self.positive_overlap)
-                            if has_gt_nodes and (use_gt_nodes or gt_nodes_diagnostic) else None)
+                if (use_gt_nodes or gt_nodes_diagnostic) and (gt_ov > self.positive_overlap).any():
+                    gt_nodes = superpoint_targets(gt_idx, gt_ov, self.num_node_correspondences, self.positive_overlap)
+            # the losses that do not depend on the node pairs: once, shared with the diagnostic solve
+            c_loss = coarse_matching_loss(src_fn, trg_fn, gt_idx, gt_ov, self.positive_overlap)
+            orth, zero = orthogonality_loss(self.proxies(), self.orth_scale)
         with torch.no_grad():
             si, ti, node_scores = superpoint_matching(src_fn, trg_fn, src_nm, trg_nm, self.num_node_correspondences)
             quality = {}
@@ -122,10 +124,8 @@ class PMTR(nn.Module):
             if has_gt:
                 with torch.no_grad():
                     quality.update(self._point_inliers(src_c, trg_c, gt_rotation, gt_translation))
-                c_loss = coarse_matching_loss(src_fn, trg_fn, gt_idx, gt_ov, self.positive_overlap)
                 f_loss = fine_matching_loss(log_plan, src_kp[si], trg_kp[ti], src_km[si], trg_km[ti], gt_rotation,
                                             gt_translation, self.fine_positive_radius)
-                orth, zero = orthogonality_loss(self.proxies(), self.orth_scale)
                 losses = {"loss": c_loss + f_loss + orth + zero, "c_loss": c_loss, "f_loss": f_loss,
                           "orth_loss": orth, "zero_loss": zero}
             return PMTROutput(rot, tr, losses, node_scores, len(src_c), quality)
