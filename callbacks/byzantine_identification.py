@@ -371,7 +371,8 @@ class ByzantineIdentification(Callback):
         params = self._selected(pl_module)
         self._names, self._params = [n for n, _ in params], [p for _, p in params]
         trainable = [p for p in pl_module.parameters() if p.requires_grad]
-        self._whole_model = len(trainable) == len(self._params) and all(a is b for a, b in zip(trainable, self._params))
+        self._whole_model = (len(trainable) == len(self._params)
+                             and all(a is b for a, b in zip(trainable, self._params)))
         dim = self._dim = self.projection_dim or sum(p.numel() for _, p in params)
         if dim > self.max_dim:
             raise ZooError(f"the identification would work on {dim}-dimensional gradients (> max_dim={self.max_dim}); "
@@ -435,7 +436,7 @@ class ByzantineIdentification(Callback):
         self._sizes = _batch_len(b1), _batch_len(b2)
         out = self._project(torch.stack([self._half_gradient(pl_module, b) for b in (b1, b2)]))  # one projection
         check_finite(f"rank {pl_module.global_rank}'s split-half gradients", out)
-        return out[0], out[1], min(_batch_len(b1), _batch_len(b2)), b1
+        return out[0], out[1], min(self._sizes), b1
 
     def split_gradients_from_step(self, pl_module: L.LightningModule, batch: Any, generator: torch.Generator,
                                   verify: bool = False, out: Optional[torch.Tensor] = None
@@ -511,10 +512,11 @@ class ByzantineIdentification(Callback):
             self._pending = (batch, step)
             self._skip_sync(trainer)
             return
-        g1, g2, n_half, _ = self.split_gradients(pl_module, batch, self.split_generator(step, trainer.global_rank))
-        row = self._row(2 * g1.shape[0] + EXTRA, g1.device)
-        row[: 2 * g1.shape[0]].view(2, -1).copy_(torch.stack([g1, g2]))
-        self._identify(trainer, pl_module, batch, row, g1.shape[0], False, step, from_step=False)
+        g1, g2, _, _ = self.split_gradients(pl_module, batch, self.split_generator(step, trainer.global_rank))
+        d = g1.shape[0]
+        row = self._row(2 * d + EXTRA, g1.device)
+        torch.cat([g1, g2], out=row[: 2 * d])
+        self._identify(trainer, pl_module, batch, row, d, False, step, from_step=False)
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._pending is None:
@@ -691,10 +693,6 @@ class ByzantineIdentification(Callback):
         if self._csv_file is not None:
             self._csv_file.close()
             self._csv_file = self._csv = None
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._csv_file is not None:
-            self._csv_file.flush()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._close_csv()

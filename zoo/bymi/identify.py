@@ -47,7 +47,8 @@ class Identification:
 
 
 def check_finite(name: str, x: torch.Tensor) -> None:
-    if (is_small(x) or is_few_rows(x)) and np.isfinite(x.numpy()).all():  # the common case of one small problem, without torch ops
+    # the common case of one small problem (or a few rows), without torch ops
+    if (is_small(x) or is_few_rows(x)) and np.isfinite(x.numpy()).all():
         return
     if not bool(torch.isfinite(x).all()):
         bad = (~torch.isfinite(x)).reshape(-1, x.shape[-1]).any(dim=-1).nonzero().flatten()[:5].tolist()
@@ -198,7 +199,7 @@ def _bymi_np(g1, g2, g, alpha, estimator, ep, n_half, sigma0, master, offset, or
     D1 *= 1.0 / spread
     D1 *= A2 - mu
     W_all = D1.sum(axis=-1)
-    W = W_all[1:] if master == 0 else np.delete(W_all, master)
+    W = W_all[workers]
     L = knockoff_threshold_np(W, alpha, offset)
     return Identification(torch.from_numpy(W), torch.tensor(L, dtype=g1.dtype), torch.from_numpy(W >= L),
                           torch.from_numpy(workers), torch.from_numpy(np.array(mu)))
