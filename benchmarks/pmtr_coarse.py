@@ -165,7 +165,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="64-d widths (c=[16, 8, 4], f=[4, 8, 16]), 32/64 nodes, 2 reps")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
-    args.reps = args.reps or (2 if args.quick else 5)
+    if args.reps is None:
+        args.reps = 2 if args.quick else 5
     count_cpu_attention_flops()
     if args.quick:
         c, f, d = [16, 8, 4], [4, 8, 16], 64
