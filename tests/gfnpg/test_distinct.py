@@ -123,15 +123,7 @@ def test_distinct_passes_give_the_plain_update(monkeypatch, variant):
     """Three iterations with the distinct passes against the same with every row evaluated (``distinct_states``
     replaced by the identity grouping): the same metrics and parameters (float64 networks; log-probabilities are
     gathered in float32, hence the tolerance)."""
-    import zoo.gfnpg.sampling as sampling
-
-    real = sampling.distinct_states
-
-    def choose(use: bool) -> None:
-        monkeypatch.setattr(sampling, "distinct_states",
-                            real if use else lambda env, s: (s, torch.arange(len(s), device=s.device)))
-
-    assert_same_iterations(variant, choose, guide=variant == "RL-G")
+    assert_same_iterations(variant, _every_row(monkeypatch), guide=variant == "RL-G")
 
 
 def _old_advantages(costs, values, valid, lam):
