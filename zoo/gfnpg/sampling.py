@@ -131,8 +131,8 @@ def policy_logits(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, b
     legal actions, the official ``Uniform`` module). ``guide`` caps the stop logit (RL-G's pi_G, forward only).
     ``table``: see ``net_output``. Backward policies skip the network at forced states (``_forced_backward``).
     ``distinct``: evaluate each distinct state once and copy its row to the repeats (every step here is row-wise, so
-    each row is the plain evaluation's row; the module uses it for its passes without gradients, where a repeated
-    state costs a row of every layer and the copy is one gather)."""
+    each row is the plain evaluation's row; a repeated state costs a row of every layer and the copy is one gather;
+    the module's passes group their rows the same way, through ``forward_log_probs`` / ``backward_log_probs``)."""
     if distinct and net is not None and len(states):
         reps, inverse = distinct_states(env, states)
         return policy_logits(env, net, reps, backward, guide, dtype, table)[inverse]
@@ -153,10 +153,9 @@ def policy_logits(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, b
 
 
 def policy_log_probs(env: GFNEnv, net: Optional[nn.Module], states: torch.Tensor, backward: bool = False,
-                     guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32,
-                     distinct: bool = False) -> torch.Tensor:
+                     guide: Optional[Guide] = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """log pi(.|s) over all actions, masked (see ``policy_logits``)."""
-    return policy_logits(env, net, states, backward, guide, dtype, distinct=distinct).log_softmax(-1)
+    return policy_logits(env, net, states, backward, guide, dtype).log_softmax(-1)
 
 
 def sample_actions(logits: torch.Tensor) -> torch.Tensor:
@@ -307,7 +306,9 @@ def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor,
     order = torch.argsort(lengths, descending=True, stable=True)
     moving = (lengths[None, :] > torch.arange(L, device=x.device)[:, None]).sum(1).tolist()  # per step
     table = lookup_table(env, pb)
-    if known is not None and pb is not None:
+    if pb is None:
+        known = None  # the uniform pi_B has nothing to look up
+    if known is not None:
         keys, rows = known
         known = (torch.cat([keys, keys.new_full((1,), torch.iinfo(keys.dtype).max)]), torch.cat([rows, rows[:1]]))
     # Gumbel noise of every step drawn at once: -log E for E ~ Exp(1), the stream sample_actions draws step by step
@@ -322,7 +323,7 @@ def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor,
     for m in moving:
         if m < len(s):
             s = s[:m]
-        if known is not None and pb is not None:
+        if known is not None:
             logits, known = _known_or_evaluated(env, pb, s, known, table)
         else:
             logits = policy_logits(env, pb, s, backward=True, table=table)
