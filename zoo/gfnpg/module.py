@@ -256,7 +256,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
         loss = critic_loss(targets, values, valid) + log_z_surrogate(self.log_z, costs)
         if hp.variant == "RL-T":  # official order: V step, log Z step, then the TRPO actor step
             self._step(opts["forward"], loss, "gfnpg/forward update")
-            parents, acts = traj.states[:-1][valid], traj.actions[valid]
+            parents, acts = traj.sources, traj.actions[valid]  # sources: the cached states[:-1][valid]
             info = trpo_step(self.pf, lambda: policy_log_probs(env, self.pf, parents), acts, adv[valid], len(traj),
                              hp.trpo_max_kl, hp.cg_iters, hp.backtracks)
             self._extra.update({"train/trpo_kl": info["kl"], "train/trpo_accepted": info["accepted"]})
