@@ -369,11 +369,19 @@ class ByzantineDataModule(L.LightningDataModule):
         return DataLoader(_Repeats(hp.n_repeats, self._partition), batch_size=None)
 
     def card_metadata(self) -> dict:
-        hp = self.hparams
-        meta = {"data_source": data_source_line(hp.source, hp.dataset, hp.path, hp.n_components)}
-        if hp.source in ("torchvision", "rdata"):
-            meta["datasets"] = [HUB_IDS[hp.dataset]]
-        return meta
+        return feature_card_metadata(self.hparams, data_source_line(self.hparams.source, self.hparams.dataset,
+                                                                    self.hparams.path, self.hparams.n_components))
+
+
+def feature_card_metadata(hp, data_source: str) -> dict:
+    """A run card's provenance: the released dataset's Hub id where the run read it, and the ResNet18 that embedded
+    the images (the classifier is trained on its features) as the base model."""
+    meta = {"data_source": data_source}
+    if hp.source in ("torchvision", "rdata"):
+        meta["datasets"] = [HUB_IDS[hp.dataset]]
+    if hp.source == "torchvision" and hp.weights:
+        meta["base_model"] = f"timm/{hp.weights}"
+    return meta
 
 
 # ------------------------------------------------------------------------------------------------ DDP shards
@@ -461,8 +469,5 @@ class MachineShardDataModule(L.LightningDataModule):
 
     def card_metadata(self) -> dict:
         hp = self.hparams
-        meta = {"data_source": f"{data_source_line(hp.source, hp.dataset, hp.path, hp.n_components)}, "
-                               f"{hp.machines} shards x {hp.n_per_machine}"}
-        if hp.source in ("torchvision", "rdata"):
-            meta["datasets"] = [HUB_IDS[hp.dataset]]
-        return meta
+        return feature_card_metadata(hp, f"{data_source_line(hp.source, hp.dataset, hp.path, hp.n_components)}, "
+                                         f"{hp.machines} shards x {hp.n_per_machine}")

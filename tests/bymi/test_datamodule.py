@@ -84,6 +84,10 @@ def test_torchvision_mnist_files_through_resnet18(tmp_path):
     dm.setup("fit")
     assert dm._arrays[0].shape == (24, 5) and dm._arrays[2].shape == (6, 5)
     assert len(list((tmp_path / "cache").glob("mnist_resnet18_*.npz"))) == 1
+    # random-init ResNet18 here: no base model; with the default timm weights the card names them
+    assert "base_model" not in dm.card_metadata() and dm.card_metadata()["datasets"] == ["ylecun/mnist"]
+    assert ByzantineDataModule(source="torchvision").card_metadata()["base_model"] == "timm/resnet18.tv_in1k"
+    assert MachineShardDataModule(source="torchvision").card_metadata()["base_model"] == "timm/resnet18.tv_in1k"
     with pytest.raises(ZooError, match="FashionMNIST not found under"):
         ByzantineDataModule(source="torchvision", dataset="fmnist", root=str(tmp_path), weights=None).setup("fit")
 
