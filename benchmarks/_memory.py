@@ -5,21 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 from pathlib import Path
 
-import torch
-
-
-def saved_bytes(fn) -> int:
-    """Bytes of the distinct storages autograd keeps for the backward pass of fn()."""
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
+from zoo.memory import saved_bytes  # noqa: F401 - re-exported for the benchmark scripts
 
 
 def in_forked_child(target, *args, timeout: float | None = None):

@@ -17,6 +17,7 @@ from zoo.dpodiff.relax import gumbel_coefficients, init_log_coeffs
 from zoo.dpodiff.sampler import CHECKPOINTING, estimation_loss
 from zoo.dpodiff.spaces import build_space
 from zoo.errors import ZooError
+from zoo.memory import saved_bytes
 
 PROMPT = "a hot bowl of soup on a cold night"
 ANT = {"hot": ["cold", "cool"], "cold": ["hot", "warm"]}
@@ -83,22 +84,6 @@ def test_shortcut_gradient_equals_autograd_of_the_one_step_loss(stack64, problem
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
-def _saved_bytes(fn) -> int:
-    """Bytes of every tensor autograd saves for fn()'s backward pass. Kept here rather than calling
-    `benchmarks/_memory.saved_bytes` (distinct storages; it passes these checks too): no test imports from
-    benchmarks/, and `import benchmarks` resolves to opacus's top-level `benchmarks` package in site-packages."""
-    total = 0
-
-    def pack(x):
-        nonlocal total
-        total += x.numel() * x.element_size()
-        return x
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-        fn()
-    return total
-
-
 def test_shortcut_memory_is_flat_in_t_and_full_backprop_grows(stack64, problem):
     cond = problem.original.detach().clone().requires_grad_(True)
     uncond = problem.empty.detach().clone().requires_grad_(True)
@@ -108,8 +93,8 @@ def test_shortcut_memory_is_flat_in_t_and_full_backprop_grows(stack64, problem):
         return lambda: estimation_loss(stack64, cond, uncond, f, t, STEPS, 7.5, latents=z, backprop=backprop,
                                        checkpointing="none")
 
-    short = [_saved_bytes(run(t, "shortcut")) for t in (5, 45)]
-    full = [_saved_bytes(run(t, "full")) for t in (5, 15)]
+    short = [saved_bytes(run(t, "shortcut")) for t in (5, 45)]
+    full = [saved_bytes(run(t, "full")) for t in (5, 15)]
     assert short[0] == short[1] > 0
     assert short[0] < full[0] < full[1]
     per_step = (full[1] - full[0]) / 10  # linear growth: every sampler step adds the same graph
@@ -132,7 +117,7 @@ def test_checkpointing_changes_memory_not_the_full_backprop_gradient(stack64, pr
     ref = grad("none")
     assert ref[1].abs().max() > 0
     cond = problem.original.detach().clone().requires_grad_(True)
-    kept = {m: _saved_bytes(lambda m=m: estimation_loss(stack64, cond, problem.empty, f, t, STEPS, 7.5, latents=z,
+    kept = {m: saved_bytes(lambda m=m: estimation_loss(stack64, cond, problem.empty, f, t, STEPS, 7.5, latents=z,
                                                         backprop="full", checkpointing=m)) for m in CHECKPOINTING}
     assert max(kept["call"], kept["blocks"]) < kept["none"]  # checkpointing is really on in both modes
     for mode in ("blocks", "call", None):
