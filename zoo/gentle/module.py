@@ -20,7 +20,7 @@ import torch
 
 from zoo.errors import ZooError
 from zoo.gentle.baselines import CWGANCritic, CWGANGenerator, gradient_penalty
-from zoo.gentle.entropic import debiased_semi_dual, semi_dual
+from zoo.gentle.entropic import debiased_semi_dual, entropic_ot, semi_dual
 from zoo.gentle.gda import gradient_norms, make_anchors, proximal_penalty, smoothed_gda_step
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
@@ -123,6 +123,11 @@ class GENTLEModule(ConditionalGeneratorModule):
         debias: ours, not the paper's (default False = the paper's term): subtract ½ W_ε(α_i, α_i) + ½ W_ε(β_j, β_j)
             from R_i + ε, the Sinkhorn divergence, which is 0 for identical neighbours instead of rewarding narrow
             conditionals (`zoo.gentle.entropic.debiased_semi_dual`; the self terms are solved exactly on the samples).
+        ot_term: how max_v R_i is evaluated. ``semidual`` (default, the paper's): the potential network v_φ, trained by
+            the ascent step. ``sinkhorn`` (a diagnostic, ours, not the paper's method): R_i + ε = W_ε(T(·, x_i),
+            T(·, x_j)) solved exactly on the step's samples by log-domain Sinkhorn, with its envelope gradient
+            (`zoo.gentle.entropic.entropic_ot`); v_φ is then unused and the ascent step does nothing. It separates
+            the objective from the potential network's training (cards/gentle.md, toy1 fourth round).
         bandwidth: KDE ``bw_method`` factor for F̂_i (0.3).
         r1, r2: proximal weights of the generator and the potential (3.0, 2.0).
         beta, mu: anchor rates of the generator and the potential (0.5, 0.7).
@@ -143,6 +148,7 @@ class GENTLEModule(ConditionalGeneratorModule):
         lambda_ot: float = 0.3,
         epsilon: float = 1.0,
         debias: bool = False,
+        ot_term: Literal["semidual", "sinkhorn"] = "semidual",
         bandwidth: float = 0.3,
         r1: float = 3.0,
         r2: float = 2.0,
@@ -170,6 +176,10 @@ class GENTLEModule(ConditionalGeneratorModule):
                 raise ZooError(f"GENTLE {name}={flag!r}: use true or false")
         if cost not in ("sqeuclidean", "euclidean"):
             raise ZooError(f"GENTLE cost={cost!r}: use 'sqeuclidean' or 'euclidean'")
+        if ot_term not in ("semidual", "sinkhorn"):
+            raise ZooError(f"GENTLE ot_term={ot_term!r}: use 'semidual' (the paper's) or 'sinkhorn' (exact, a diagnostic)")
+        if ot_term == "sinkhorn" and debias:
+            raise ZooError("GENTLE debias=true needs ot_term='semidual' (the exact Sinkhorn term is not debiased here)")
         self.automatic_optimization = False
         self.mapping = MLPM(1 + x_dim)  # T_θ([u, x])
         self.potential = MLPM(1 + x_dim)  # v_φ([y, x])
@@ -220,6 +230,8 @@ class GENTLEModule(ConditionalGeneratorModule):
         with torch.set_grad_enabled(through_generator and torch.is_grad_enabled()):
             b = self.T(torch.rand_like(a), x_j)
         hp = self.hparams
+        if hp.ot_term == "sinkhorn":  # exact W_ε(α_i, β_j) - ε, the same convention as the semi-dual's R
+            return (entropic_ot(a, b, hp.epsilon, hp.cost) - hp.epsilon).mean()
         term = debiased_semi_dual if hp.debias else semi_dual
         return term(a, b, self.v(b, x_j), hp.epsilon, hp.cost).mean()
 
@@ -258,7 +270,7 @@ class GENTLEModule(ConditionalGeneratorModule):
             return loss
 
         def potential_objective() -> torch.Tensor:
-            if hp.lambda_ot == 0:  # nothing to ascend: only the proximal term, which stays at 0
+            if hp.lambda_ot == 0 or hp.ot_term == "sinkhorn":  # nothing to ascend: only the proximal term, at 0
                 return torch.zeros((), device=self.device)
             with torch.no_grad():
                 a = self.T(torch.rand(len(idx), hp.n_u, device=self.device), x_i)
@@ -273,8 +285,8 @@ class GENTLEModule(ConditionalGeneratorModule):
         n = len(idx)
         self.log("train/loss", out["min_loss"], prog_bar=True, batch_size=n)
         self.log("train/l_fit", parts["l_fit"].detach(), batch_size=n)
-        if "reg" in parts:
-            self.log("train/reg", parts["reg"].detach(), batch_size=n)
+        if "reg" in parts or "reg_generator" in parts:  # sinkhorn: the generator's exact R (no ascent step)
+            self.log("train/reg", parts.get("reg", parts.get("reg_generator")).detach(), batch_size=n)
         for name in ("grad_fit", "grad_ot", "grad_prox", "grad_cos"):
             if name in parts:
                 self.log(f"train/{name}", parts[name], batch_size=n)
