@@ -36,6 +36,7 @@ from zoo.gfnpg.objectives import (
 from zoo.gfnpg.sampling import (
     backward_log_probs,
     forward_log_probs,
+    known_backward_log_probs,
     mlp,
     net_output,
     policy_log_probs,
@@ -45,6 +46,12 @@ from zoo.gfnpg.sampling import (
 )
 from zoo.gfnpg.trpo import trpo_step
 from zoo.hub import HubMixin
+
+# RL-B/RL-G evaluate pi_B once with gradients at the forward children and their ancestors (the forward costs' call)
+# and reuse those rows, graph included, in the backward update, where only the states still missing are evaluated
+# (sampling.known_backward_log_probs; pi_B does not move in between). False: that call runs without gradients and
+# the update evaluates pi_B again at every distinct state of the backward trajectories (the tests compare both).
+REUSE_PB_GRAPH = True
 
 VARIANTS = ("RL-U", "RL-B", "RL-G", "RL-T", "TB-U", "TB-B", "DB-U", "DB-B", "SubTB-U", "SubTB-B")
 Variant = Literal["RL-U", "RL-B", "RL-G", "RL-T", "TB-U", "TB-B", "DB-U", "DB-B", "SubTB-U", "SubTB-B"]
@@ -245,9 +252,11 @@ class GFNPGModule(HubMixin, L.LightningModule):
         valid = traj.valid
         with record_function("gfnpg/pi_F: log-probs with grad"):
             log_pf = forward_log_probs(env, self.pf, traj, distinct=True)
-        with record_function("gfnpg/pi_B: forward costs, no grad"), torch.no_grad():
-            # the costs are constants of the actor-critic step: no graph through pi_B. `known`: pi_B's logits at the
-            # forward children (x among them), which the backward sampler reuses (pi_B does not move in between)
+        reuse = REUSE_PB_GRAPH and self.pb is not None
+        with record_function("gfnpg/pi_B: forward costs, no grad"), torch.set_grad_enabled(reuse):
+            # the costs are constants of the actor-critic step (log_pb comes back detached). `known`: pi_B's logits at
+            # the forward children (x among them) and their ancestors, which the backward sampler reuses (pi_B does
+            # not move in between); with REUSE_PB_GRAPH they keep their graph for the backward update's gradient
             log_pb, known = backward_log_probs(env, self.pb, traj, distinct=True, return_known=True)
         costs = rl_costs(log_pf.detach(), log_pb, traj, log_rewards, self.log_z.detach(), hp.log_reward_clip_min)
         with record_function("gfnpg/V: values with grad"):
@@ -263,23 +272,26 @@ class GFNPGModule(HubMixin, L.LightningModule):
         else:
             self._step(opts["forward"], loss + actor_loss(adv, log_pf), "gfnpg/forward update")
         if self.pb is not None:
-            self._backward_policy_step(opts, traj.terminal_states, log_rewards, known)
+            self._backward_policy_step(opts, traj.terminal_states, log_rewards, known, reuse)
         return costs.sum(0).mean()  # the estimate of KL + log Z - log Z*
 
-    def _backward_policy_step(self, opts: dict, x: torch.Tensor, log_rewards: torch.Tensor, known=None) -> None:
+    def _backward_policy_step(self, opts: dict, x: torch.Tensor, log_rewards: torch.Tensor, known=None,
+                              reuse: bool = False) -> None:
         """pi_B's update on backward trajectories from the batch's terminal states ``x`` (official
         ``B_update_model``); ``known``: pi_B's masked logits where the forward costs already computed them
-        (``sampling.known_rows`` of the forward children, x among them), for the backward sampler."""
+        (``sampling.known_rows`` of the forward children, x among them), for the backward sampler and, where
+        ``reuse`` (they carry their graph), for the update's pass with gradients."""
         env, hp = self.env, self.hparams
         guide = env.guide if hp.variant == "RL-G" else None
         with record_function("gfnpg/pi_B: sample backward trajectories"):
-            btraj = sample_backward(env, self.pb, x, known=known)
+            btraj = sample_backward(env, self.pb, x, known=None if known is None else (known[0], known[1].detach()))
         valid = btraj.valid
         with record_function("gfnpg/pi_G: log-probs, no grad"), torch.no_grad():  # pi_G is a stop-gradient target
             log_pg = forward_log_probs(env, self.pf, btraj, guide=guide, distinct=True)
             log_pg_stop = policy_log_probs(env, self.pf, x, guide=guide)[:, -1] if hp.backward_loss == "tb" else None
         with record_function("gfnpg/pi_B: log-probs with grad"):
-            log_pb = backward_log_probs(env, self.pb, btraj, distinct=True)
+            log_pb = (known_backward_log_probs(env, self.pb, btraj, known) if reuse else
+                      backward_log_probs(env, self.pb, btraj, distinct=True))
         if hp.backward_loss == "tb":
             loss = backward_tb_loss(log_pg, log_pb, valid, log_pg_stop, log_rewards, self.log_z,
                                     hp.log_reward_clip_min)

@@ -391,8 +391,10 @@ def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories,
             # sampler's own lookahead takes over)
             wider, wider_inverse = distinct_states(env, with_ancestors(env, reps, *KNOWN_ANCESTORS))
             wider_logits = policy_logits(env, pb, wider, backward=True, dtype=dtype)
-            logits = wider_logits[wider_inverse[:len(reps)]]
             known = known_rows(env, wider, wider_logits)
+            # the known rows keep the call's graph (grad enabled: known_backward_log_probs reuses it); the costs are
+            # constants, computed from the detached rows
+            logits = wider_logits.detach()[wider_inverse[:len(reps)]]
         else:
             logits = policy_logits(env, pb, reps, backward=True, dtype=dtype)
             known = None
@@ -400,12 +402,41 @@ def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories,
         logits = logits[inverse] if return_logits else None
     else:
         logits = policy_logits(env, pb, children, backward=True, dtype=dtype)
-        picked = logits.log_softmax(-1).gather(1, acts[:, None])[:, 0]
         known = known_rows(env, children, logits) if return_known and pb is not None else None
+        if return_known:
+            logits = logits.detach()
+        picked = logits.log_softmax(-1).gather(1, acts[:, None])[:, 0]
     out = out.masked_scatter(moves, picked.to(dtype))
     if return_known:
         return out, known
     return (out, logits) if return_logits else out
+
+
+def known_backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories,
+                             known: Optional[tuple[torch.Tensor, torch.Tensor]],
+                             dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``backward_log_probs(env, pb, traj, dtype, distinct=True)`` of backward trajectories, with each distinct
+    state's masked logits taken from ``known`` (``known_rows``: sorted keys, rows) where it is there and the network
+    evaluated only at the other states. RL-B passes the rows of the forward costs' call, evaluated with gradients:
+    pi_B has not moved since, so they are the rows a fresh pass would compute, and their graph carries the backward
+    update's gradient to the parameters (a state's repeats summed, as in the distinct pass; rows no trajectory
+    visits get gradient 0). ``known=None``: the plain distinct pass."""
+    if known is None or pb is None or not traj.backward:
+        return backward_log_probs(env, pb, traj, dtype, distinct=True)
+    moves = traj.valid
+    acts = traj.actions[moves]
+    out = torch.zeros(moves.shape, dtype=dtype, device=moves.device)
+    if not len(acts):
+        return out
+    reps, inverse = _distinct_sources(env, traj)
+    keys, rows = known
+    key = env.state_key(reps)
+    pos = torch.searchsorted(keys, key).clamp_max_(len(keys) - 1)
+    logits = rows[pos]
+    miss = (keys[pos] != key).nonzero()[:, 0]
+    if len(miss):  # states only the sampler's lookahead (or no call) evaluated: the network, with gradients
+        logits = logits.index_copy(0, miss, policy_logits(env, pb, reps[miss], backward=True, dtype=dtype))
+    return out.masked_scatter(moves, logits.log_softmax(-1)[inverse, acts].to(dtype))
 
 
 def state_values(env: GFNEnv, net: nn.Module, traj: Trajectories, distinct: bool = False) -> torch.Tensor:
