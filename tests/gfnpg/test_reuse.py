@@ -64,3 +64,22 @@ def test_reusing_the_pi_b_graph_is_the_plain_update(monkeypatch, variant):
 
     assert_same_iterations(variant, lambda reuse: monkeypatch.setattr(module_mod, "REUSE_PB_GRAPH", reuse),
                            guide=variant == "RL-G")
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.99])
+def test_gae_of_long_trajectories_equals_its_old_form(lam):
+    """Trajectories longer than CUMSUM_MIN_LENGTH (lam = 1: a flipped cumsum instead of the triangular product, and
+    the backward actor's advantages as targets - V) against the old advantages_and_targets verbatim (float64)."""
+    from zoo.gfnpg.objectives import CUMSUM_MIN_LENGTH, advantages_and_targets
+
+    from .test_distinct import _old_advantages
+
+    g = torch.Generator().manual_seed(0)
+    for length in (CUMSUM_MIN_LENGTH + 72, 5):
+        lengths = torch.randint(0, length + 1, (9,), generator=g)
+        lengths[0] = length
+        valid = torch.arange(length)[:, None] < lengths[None, :]
+        costs = torch.randn(length, 9, generator=g, dtype=torch.float64) * valid
+        values = torch.randn(length, 9, generator=g, dtype=torch.float64)
+        for a, b in zip(advantages_and_targets(costs, values, valid, lam), _old_advantages(costs, values, valid, lam)):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

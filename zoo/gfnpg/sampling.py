@@ -109,11 +109,17 @@ def distinct_states(env: GFNEnv, states: torch.Tensor) -> tuple[torch.Tensor, to
     """(reps, inverse) with ``reps`` one row per distinct state of ``states`` and ``states == reps[inverse]``. A batch
     of trajectories repeats states heavily: every trajectory passes through s0 and the states next to it (on the
     256x256 grid at batch 128, RL-B's pi_G pass sees ~290 parent states of which ~45 are distinct)."""
+    return _distinct_with_keys(env, states)[:2]
+
+
+def _distinct_with_keys(env: GFNEnv, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """``distinct_states`` and the reps' keys (sorted and distinct: ``known_rows`` of the reps without grouping them
+    again), or None where the environment has no ``state_key``."""
     key = env.state_key(states)
     if key is None:
-        return torch.unique(states, dim=0, return_inverse=True)
-    _, inverse, first = _group_by_key(key)
-    return states[first], inverse
+        return (*torch.unique(states, dim=0, return_inverse=True), None)
+    keys, inverse, first = _group_by_key(key)
+    return states[first], inverse, keys
 
 
 def _group_by_key(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -389,9 +395,10 @@ def backward_log_probs(env: GFNEnv, pb: Optional[nn.Module], traj: Trajectories,
             # while that call stays small: the backward sampler's next states, many of which are not forward
             # children themselves (fewer network calls there; with long trajectories the call is large, and the
             # sampler's own lookahead takes over)
-            wider, wider_inverse = distinct_states(env, with_ancestors(env, reps, *KNOWN_ANCESTORS))
+            wider, wider_inverse, wider_keys = _distinct_with_keys(env, with_ancestors(env, reps, *KNOWN_ANCESTORS))
             wider_logits = policy_logits(env, pb, wider, backward=True, dtype=dtype)
-            known = known_rows(env, wider, wider_logits)
+            # = known_rows(env, wider, wider_logits): the reps' keys are sorted and distinct already
+            known = None if wider_keys is None else (wider_keys, wider_logits)
             # the known rows keep the call's graph (grad enabled: known_backward_log_probs reuses it); the costs are
             # constants, computed from the detached rows
             logits = wider_logits.detach()[wider_inverse[:len(reps)]]
