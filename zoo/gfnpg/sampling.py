@@ -311,9 +311,12 @@ def sample_backward(env: GFNEnv, pb: Optional[nn.Module], x: torch.Tensor,
     n, L = len(x), int(lengths.max()) if len(x) else 0
     order = torch.argsort(lengths, descending=True, stable=True)
     moving = (lengths[None, :] > torch.arange(L, device=x.device)[:, None]).sum(1).tolist()  # per step
-    table = lookup_table(env, pb)
     if pb is None:
         known = None  # the uniform pi_B has nothing to look up
+    # with known rows the network runs at a few misses only (0.4 calls per batch with fresh networks on the 256x256
+    # grid), each on few rows: no prepared table there (its transposed copy of the first layer cost more than the
+    # misses' own reads of the weight; net_output gathers the same values either way)
+    table = lookup_table(env, pb) if known is None else None
     if known is not None:
         keys, rows = known
         known = (torch.cat([keys, keys.new_full((1,), torch.iinfo(keys.dtype).max)]), torch.cat([rows, rows[:1]]))
