@@ -145,7 +145,7 @@ PAPERS: dict[str, Paper] = {
             "GFlowNet Training by Policy Gradients",
             "https://proceedings.mlr.press/v235/niu24c.html",
             "github.com/niupuhua1234/GFN-PG",
-            status="in progress",
+            status="implemented",
             modules=("zoo.gfnpg.GFNPGModule",),
             datamodules=("datamodules.gfn_envs.GFNEnvDataModule",),
             configs=("gfnpg_hypergrid", "gfnpg_bn5", "gfnpg_tfbind8"),
