@@ -1,4 +1,4 @@
-"""Shared oracle helper for the GENTLE tests."""
+"""Shared oracle helpers for the GENTLE tests."""
 
 import torch
 
@@ -22,3 +22,14 @@ def maximise_semi_dual(a, b, eps, term=semi_dual):
     for _ in range(5):
         opt.step(closure)
     return term(a, b, v.detach(), eps).item(), v.detach()
+
+
+def pot_kl_value(a, b, eps):
+    """POT's min <C,π> + ε KL(π | μ⊗ν) (``reg_type="KL"``) for uniform weights on 1-D samples a, b, with the
+    envelope gradient (POT is imported here only: the tests that call this skip without it)."""
+    import ot
+
+    w_a = torch.full((len(a),), 1 / len(a), dtype=torch.float64)
+    w_b = torch.full((len(b),), 1 / len(b), dtype=torch.float64)
+    C = (a[:, None] - b[None, :]) ** 2
+    return ot.solve(C, w_a, w_b, reg=eps, reg_type="KL", grad="envelope", max_iter=20000, tol=1e-12).value

@@ -10,17 +10,9 @@ import torch
 
 from zoo.gentle.entropic import debiased_semi_dual, self_transport
 
-from .conftest import maximise_semi_dual
+from .conftest import maximise_semi_dual, pot_kl_value
 
 ot = pytest.importorskip("ot", reason="POT (pip install pot) is the peer for entropic OT")
-
-
-def pot_kl_value(a, b, eps):
-    """POT's min <C,π> + ε KL(π | μ⊗ν) (``reg_type="KL"``) for uniform weights, with the envelope gradient."""
-    w_a = torch.full((len(a),), 1 / len(a), dtype=torch.float64)
-    w_b = torch.full((len(b),), 1 / len(b), dtype=torch.float64)
-    C = (a[:, None] - b[None, :]) ** 2
-    return ot.solve(C, w_a, w_b, reg=eps, reg_type="KL", grad="envelope", max_iter=20000, tol=1e-12).value
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

@@ -11,17 +11,10 @@ from zoo.errors import ZooError
 from zoo.gentle import GENTLEModule
 from zoo.gentle.entropic import entropic_ot, semi_dual, sinkhorn_potential
 
-from .conftest import maximise_semi_dual
+from .conftest import maximise_semi_dual, pot_kl_value
 from .test_module import tiny_data, trainer
 
 ot = pytest.importorskip("ot", reason="POT (pip install pot) is the peer for entropic OT")
-
-
-def pot_value(a, b, eps):
-    w_a = torch.full((len(a),), 1 / len(a), dtype=torch.float64)
-    w_b = torch.full((len(b),), 1 / len(b), dtype=torch.float64)
-    C = (a[:, None] - b[None, :]) ** 2
-    return ot.solve(C, w_a, w_b, reg=eps, reg_type="KL", grad="envelope", max_iter=20000, tol=1e-12).value
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -33,7 +26,7 @@ def test_exact_term_is_pots_kl_value_with_its_envelope_gradient(eps):
     ours = entropic_ot(a, b, eps, tol=1e-13, max_iter=20000)
     ours.backward()
     a_pot, b_pot = a.detach().clone().requires_grad_(True), b.detach().clone().requires_grad_(True)
-    ref = pot_value(a_pot, b_pot, eps)
+    ref = pot_kl_value(a_pot, b_pot, eps)
     ref.backward()
     assert abs(ours.item() - ref.item()) < 1e-9
     torch.testing.assert_close(a.grad, a_pot.grad, rtol=0, atol=1e-9)
