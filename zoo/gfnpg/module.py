@@ -290,8 +290,8 @@ class GFNPGModule(HubMixin, L.LightningModule):
             log_pg = forward_log_probs(env, self.pf, btraj, guide=guide, distinct=True)
             log_pg_stop = policy_log_probs(env, self.pf, x, guide=guide)[:, -1] if hp.backward_loss == "tb" else None
         with record_function("gfnpg/pi_B: log-probs with grad"):
-            log_pb = (known_backward_log_probs(env, self.pb, btraj, known) if reuse else
-                      backward_log_probs(env, self.pb, btraj, distinct=True))
+            # known=None: the plain distinct pass (the sampler's rows carry no graph unless reused)
+            log_pb = known_backward_log_probs(env, self.pb, btraj, known if reuse else None)
         if hp.backward_loss == "tb":
             loss = backward_tb_loss(log_pg, log_pb, valid, log_pg_stop, log_rewards, self.log_z,
                                     hp.log_reward_clip_min)
