@@ -15,10 +15,10 @@ Memory: each method alone in a subprocess, peak RSS (ru_maxrss) of one step minu
 
     python benchmarks/dpformer_clipping.py            # vocab 1k/10k/50k × seq 50/200
     python benchmarks/dpformer_clipping.py --quick    # vocab 1k/10k × seq 50
-    python benchmarks/dpformer_clipping.py --device cuda --batch 64   # on a GPU (the paper's setting is a V100)
+    python benchmarks/dpformer_clipping.py --device cuda --batch 64 --vocabs 10000 50000   # on a GPU
 
 On CUDA, step times are synchronised wall times and memory is the peak of torch.cuda.max_memory_allocated during
-one step above the memory allocated after setup.
+one step above the memory allocated after setup, every method of a point measured in one process in turn.
 """
 
 from __future__ import annotations
@@ -154,6 +154,25 @@ def measure_memory(method: str, vocab: int, seq: int, batch: int, d: int, device
     return {"peak_mb": max(peak - base, 0.0)}
 
 
+def measure_memory_all(methods: list[str], vocab: int, seq: int, batch: int, d: int, device: str) -> dict:
+    """On CUDA the allocator's own statistics are exact per process, so every method is measured in this one
+    process, one after another, each on a fresh model whose predecessor has been freed (a subprocess per method,
+    needed for RSS on CPU, would pay a CUDA start-up each)."""
+    import gc
+
+    import torch
+
+    out = {}
+    for m in methods:
+        try:
+            out[m] = measure_memory(m, vocab, seq, batch, d, device)
+        except Exception as e:  # report a failing method (e.g. out of memory), keep measuring the others
+            out[m] = {"error": f"{type(e).__name__}: {str(e)[:80]}"}
+        gc.collect()
+        torch.cuda.empty_cache()
+    return out
+
+
 def measure_times(methods: list[str], vocab: int, seq: int, batch: int, d: int, steps: int,
                   device: str = "cpu") -> dict:
     """Step times per method (a list per method, one entry per round), all in this process, interleaved so
@@ -204,6 +223,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
+    ap.add_argument("--vocabs", type=int, nargs="+", default=None, help="vocabulary sizes (default 1k 10k 50k)")
+    ap.add_argument("--seqs", type=int, nargs="+", default=None, help="sequence lengths (default 50 200)")
+    ap.add_argument("--mem-all", nargs=2, metavar=("VOCAB", "SEQ"), help=argparse.SUPPRESS)
     ap.add_argument("--mem", nargs=3, metavar=("METHOD", "VOCAB", "SEQ"), help=argparse.SUPPRESS)
     ap.add_argument("--times", nargs=2, metavar=("VOCAB", "SEQ"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -212,20 +234,33 @@ def main() -> None:
     if a.mem:
         print(json.dumps(measure_memory(a.mem[0], int(a.mem[1]), int(a.mem[2]), a.batch, a.d, a.device)))
         return
+    if a.mem_all:
+        if not a.device.startswith("cuda"):
+            raise SystemExit("--mem-all needs a CUDA device (on the CPU each method's RSS needs its own process)")
+        print(json.dumps(measure_memory_all(methods, int(a.mem_all[0]), int(a.mem_all[1]), a.batch, a.d, a.device)))
+        return
     if a.times:
         print(json.dumps(measure_times(methods, int(a.times[0]), int(a.times[1]), a.batch, a.d, a.steps, a.device)))
         return
-    grid = [(v, t) for t in ((50,) if a.quick else (50, 200)) for v in ((1000, 10000) if a.quick else (1000, 10000, 50000))]
+    seqs = a.seqs or ((50,) if a.quick else (50, 200))
+    vocabs = a.vocabs or ((1000, 10000) if a.quick else (1000, 10000, 50000))
+    grid = [(v, t) for t in seqs for v in vocabs]
+    cuda = a.device.startswith("cuda")
     common = ["--batch", str(a.batch), "--d", str(a.d), "--steps", str(a.steps), "--device", a.device]
     rows = {}
     for v, t in grid:
         times = _sub(["--times", str(v), str(t), "--methods", ",".join(methods), *common])
+        mems = _sub(["--mem-all", str(v), str(t), "--methods", ",".join(methods), *common]) if cuda else {}
         for m in methods:
-            mem = _sub(["--mem", m, str(v), str(t), *common])
+            mem = (mems if "error" in mems else mems[m]) if cuda else _sub(["--mem", m, str(v), str(t), *common])
             err = times.get("error") or mem.get("error") or (times[m] if isinstance(times[m], str) else None)
             rows[(v, t, m)] = {"error": err} if err else {"time_s": times[m], **mem}
             print(f"# vocab={v} seq={t} {m}: {rows[(v, t, m)]}", file=sys.stderr, flush=True)
-    print(f"device {a.device}, batch {a.batch}, d_model {a.d}, 2 layers, 2 heads, {a.steps} interleaved rounds "
+    import torch
+
+    name = torch.cuda.get_device_name() if cuda else "cpu"
+    print(f"device {a.device} ({name}), torch {torch.__version__} (CUDA {torch.version.cuda}), batch {a.batch}, "
+          f"d_model {a.d}, 2 layers, 2 heads, {a.steps} interleaved rounds "
           "after 1 warm-up; step time: median [interquartile range]; ratios: median of the per-round ratios "
           "[min–max], method / nonprivate and method / phantom; memory = peak "
           f"{'CUDA allocation' if a.device.startswith('cuda') else 'RSS'} above the post-setup level\n")

@@ -56,10 +56,12 @@ def build_pair(momentfm, shape: str, task: str, channels: int, device: torch.dev
     cfg = dict(task_name="reconstruction", model_name="MOMENT", transformer_type="encoder_only", d_model=None,
                seq_len=512, patch_len=8, patch_stride_len=8, device="cpu", transformer_backbone="google/flan-t5-large",
                model_kwargs={}, t5_config=dict(t5))
-    peer = momentfm.MOMENTPipeline(cfg, model_kwargs={"task_name": task, "enable_gradient_checkpointing": False, **kw})
-    peer.init()
-    ours = MOMENT(MomentConfig(t5_config=dict(t5), task_name=task, **kw))
-    load_converted(ours, convert_momentfm_state_dict(peer.state_dict(), ours, task), "momentfm")
+    with device:  # built (and randomly initialised) on the device: a large T5's init is slow on the CPU
+        peer = momentfm.MOMENTPipeline(cfg, model_kwargs={"task_name": task, "enable_gradient_checkpointing": False,
+                                                          **kw})
+        peer.init()
+        ours = MOMENT(MomentConfig(t5_config=dict(t5), task_name=task, **kw))
+        load_converted(ours, convert_momentfm_state_dict(peer.state_dict(), ours, task), "momentfm")
     return peer.to(device).eval(), ours.to(device).eval()
 
 

@@ -42,24 +42,26 @@ class DenseMaskedLoRA(nn.Module):
         mask[layer.sparse_index.long()] = 1
         self.base_layer = layer.base_layer
         self.register_buffer("mask", mask.view(layer.out_features, layer.in_features).to(layer.base_layer.weight))
-        self.delta = nn.Parameter(torch.zeros_like(layer.base_layer.weight))
+        # fp32 like RoSA's sparse values and the LoRA factors (adapters stay fp32 over a bf16 base)
+        self.delta = nn.Parameter(torch.zeros_like(layer.base_layer.weight, dtype=layer.sparse_values.dtype))
         self.lora_A, self.lora_B = layer.lora_A, layer.lora_B
         self.scaling = layer.scaling
         self.lora_dropout = layer.lora_dropout
 
     def forward(self, x):
-        w = self.base_layer.weight.detach() + self.mask * self.delta
-        return F.linear(x, w, self.base_layer.bias) + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
+        w = self.base_layer.weight.detach() + (self.mask * self.delta).to(x.dtype)
+        lora = self.lora_B(self.lora_A(self.lora_dropout(x.to(self.delta.dtype)))) * self.scaling
+        return F.linear(x, w, self.base_layer.bias) + lora.to(x.dtype)
 
 
-def build(method: str, base: nn.Module, r: int, density: float, seed: int = 0) -> nn.Module:
+def build(method: str, base: nn.Module, r: int, density: float, seed: int = 0, sddmm: str = "auto") -> nn.Module:
     model = copy.deepcopy(base)
     torch.manual_seed(seed)
     if method == "peft-lora":
         from peft import LoraConfig, get_peft_model
 
         return get_peft_model(model, LoraConfig(r=r, lora_alpha=16, lora_dropout=0.05, target_modules="all-linear"))
-    layers = apply_rosa(model, "all-linear", r=r, lora_alpha=16, lora_dropout=0.05, density=density)
+    layers = apply_rosa(model, "all-linear", r=r, lora_alpha=16, lora_dropout=0.05, density=density, sddmm=sddmm)
     g = torch.Generator().manual_seed(seed)
     for layer in layers.values():  # speed does not depend on which entries are chosen
         layer.set_mask(torch.randperm(layer.in_features * layer.out_features, generator=g)[: layer.nnz])
@@ -108,13 +110,14 @@ def bench(models: list[nn.Module], batches: list[dict], warmup: int, steps: int,
             if device == "cuda":
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()  # every model's weights and AdamW state: not this step's
             t = clock()
             model(**batches[i % len(batches)]).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             if device == "cuda":
                 torch.cuda.synchronize()
-                peaks[j] = max(peaks[j], torch.cuda.max_memory_allocated())
+                peaks[j] = max(peaks[j], torch.cuda.max_memory_allocated() - before)
             if i >= warmup:
                 times[j].append(clock() - t)
     out = []
@@ -130,6 +133,12 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=None)
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--seq", type=int, default=None)
+    ap.add_argument("--intermediate", type=int, default=None, help="MLP width (default: 8/3 hidden, rounded to 64)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="dtype of the frozen base (adapters stay fp32, as in RoSA's and PEFT's defaults)")
+    ap.add_argument("--sddmm", default="auto", help="comma-separated SDDMM kernels of the RoSA rows (auto, csr, "
+                    "blocked, gather): one row per kernel and density")
+    ap.add_argument("--profile", action="store_true", help="also profile one step of each method (top operators)")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
@@ -141,30 +150,37 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": int(hidden * 8 / 3) // 64 * 64,
+    intermediate = args.intermediate or int(hidden * 8 / 3) // 64 * 64
+    cfg = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": intermediate,
            "num_hidden_layers": layers, "num_attention_heads": max(1, hidden // 64),
            "num_key_value_heads": max(1, hidden // 64), "vocab_size": 8192, "max_position_embeddings": seq}
     torch.manual_seed(0)
-    base = build_causal_lm(cfg)
+    base = build_causal_lm(cfg, torch_dtype=args.dtype)
     n_target = sum(base.get_submodule(n).weight.numel() for n in find_targets(base, "all-linear"))
     g = torch.Generator().manual_seed(0)
     batches = []
     for _ in range(2):
         ids = torch.randint(0, cfg["vocab_size"], (args.batch, seq), generator=g).to(device)
         batches.append({"input_ids": ids, "labels": ids})
-    runs = [("PEFT LoRA r=16", "peft-lora", 0.0), ("RoSA r=16, d=0.6%", "rosa", 0.006),
-            ("RoSA r=16, d=1.8%", "rosa", 0.018), ("dense masked r=16, d=1.8%", "dense-masked", 0.018)]
-    models = [build(method, base, 16, density) for _, method, density in runs]
+    kernels = args.sddmm.split(",")
+    runs = [("PEFT LoRA r=16", "peft-lora", 0.0, "auto")]
+    for d in (0.006, 0.018):
+        runs += [(f"RoSA r=16, d={100 * d:.1f}%" + ("" if k == "auto" else f" ({k})"), "rosa", d, k) for k in kernels]
+    runs.append(("dense masked r=16, d=1.8%", "dense-masked", 0.018, "auto"))
+    models = [build(method, base, 16, density, sddmm=k) for _, method, density, k in runs]
     results = bench(models, batches, warmup=1, steps=steps, device=device)
-    rows = [(label, *res, density) for (label, _, density), res in zip(runs, results)]
+    rows = [(label, *res, density) for (label, _, density, _), res in zip(runs, results)]
     t0, m0 = rows[0][1], rows[0][2]
-    print(f"\nLlama hidden {hidden}, {layers} layers, seq {seq}, batch {args.batch}, {n_target / 1e6:.1f}M target "
-          f"weights, device {device}, torch threads {torch.get_num_threads()}, median of {steps} steps "
+    gpu = (f" ({torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda})"
+           if device == "cuda" else "")
+    print(f"\nLlama hidden {hidden}, intermediate {intermediate}, {layers} layers, {args.dtype}, seq {seq}, "
+          f"batch {args.batch}, {n_target / 1e6:.1f}M target "
+          f"weights, device {device}{gpu}, torch threads {torch.get_num_threads()}, median of {steps} steps "
           f"({'wall' if device == 'cuda' else 'process CPU'} time)\n")
     head = ("| method | trainable params | step time (s) | vs LoRA | train-state memory (MiB) | vs LoRA "
             "| LoRA + sparse values budget (MiB) |")
     if device == "cuda":
-        head += " peak CUDA (MiB) |"
+        head += " peak CUDA above the step's start (MiB) |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for label, t, mem, peak, n_train, density in rows:
@@ -175,6 +191,27 @@ def main() -> None:
         if device == "cuda":
             line += f" {peak / 2**20:.0f} |"
         print(line)
+    if args.profile:
+        profile_step(models, runs, batches[0], device)
+
+
+def profile_step(models: list[nn.Module], runs: list[tuple], batch: dict, device: str) -> None:
+    """Where a training step's time goes: torch.profiler over one step of LoRA and of each RoSA row, top operators
+    by device (CUDA) or CPU self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    for (label, method, _, _), model in zip(runs, models):
+        if method == "dense-masked":
+            continue
+        with profile(activities=activities) as prof:
+            model(**batch).loss.backward()
+            if device == "cuda":
+                torch.cuda.synchronize()
+        print(f"\n{label}: one forward + backward\n")
+        print(prof.key_averages().table(sort_by=key, row_limit=12, max_name_column_width=60))
+        model.zero_grad(set_to_none=True)
 
 
 if __name__ == "__main__":

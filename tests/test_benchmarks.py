@@ -44,6 +44,9 @@ def test_dpformer_clipping_times_and_memory():
     mem = json.loads(run("dpformer_clipping.py", "--mem", "phantom", "200", "10", "--batch", "2", "--d", "16")
                      .strip().splitlines()[-1])
     assert mem["peak_mb"] >= 0
+    out = run("dpformer_clipping.py", "--vocabs", "200", "--seqs", "10", "--methods", "nonprivate,phantom",
+              "--steps", "2", "--batch", "2", "--d", "16")
+    assert [(r[0], r[1], r[2]) for r in table_rows(out)[1:]] == [("200", "10", "nonprivate"), ("200", "10", "phantom")]
 
 
 @pytest.mark.timeout(300)
@@ -51,6 +54,13 @@ def test_rosa_train_step():
     out = run("rosa_train_step.py", "--hidden", "64", "--layers", "1", "--seq", "16", "--steps", "1", "--threads", "1")
     labels = [r[0] for r in table_rows(out)[1:]]
     assert any("PEFT LoRA" in x for x in labels) and any("RoSA" in x for x in labels)
+    # the GPU run's options: a bf16 base with fp32 adapters, one RoSA row per SDDMM kernel, the profile
+    out = run("rosa_train_step.py", "--hidden", "64", "--intermediate", "96", "--layers", "1", "--seq", "16",
+              "--steps", "1", "--threads", "1", "--dtype", "bfloat16", "--sddmm", "csr,blocked", "--profile")
+    labels = [r[0] for r in table_rows(out)[1:] if r[0].startswith(("PEFT", "RoSA", "dense"))]
+    assert labels == ["PEFT LoRA r=16", "RoSA r=16, d=0.6% (csr)", "RoSA r=16, d=0.6% (blocked)",
+                      "RoSA r=16, d=1.8% (csr)", "RoSA r=16, d=1.8% (blocked)", "dense masked r=16, d=1.8%"]
+    assert "intermediate 96" in out and "bfloat16" in out and out.count("one forward + backward") == 5
 
 
 @pytest.mark.timeout(300)
