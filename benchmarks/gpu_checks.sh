@@ -5,10 +5,12 @@
 # others; the timed parts run alone on the GPU):
 #   smoke      the smoke configs of rosa, dpformer, gentle and moment: fit, then test, with --trainer.accelerator gpu
 #   dpformer   benchmarks/dpformer_clipping.py at vocabulary 10k/50k x sequence 50/200, batch 64; 50k at batch 256
-#   rosa       benchmarks/rosa_train_step.py on a bf16 Llama (hidden 2048, intermediate 5504, 8 layers, seq 512)
+#   rosa       benchmarks/rosa_train_step.py on a bf16 Llama (hidden 2048, intermediate 5504, 8 layers, seq 512),
+#              one row per SDDMM kernel, with a profile of one step of each
 #   moment     benchmarks/moment_forward.py (small- and large-shaped T5, batch 32, 1 and 7 channels)
 #   gentle     zoo sweep configs/sweeps/gentle_toy1_official.yaml (8 jobs), then its zoo compare tables
-# PARTS="rosa moment" runs a subset.
+# PARTS="rosa moment" runs a subset. DEADLINE (seconds, default 560: what fitted the 15-minute GPU loan of
+# 2026-12-04) bounds the whole run; raise it on a machine of your own.
 set -u
 out=${1:?usage: bash benchmarks/gpu_checks.sh OUT_DIR}
 mkdir -p "$out"
@@ -58,8 +60,8 @@ if want dpformer; then
     part dpformer 150 "$py" benchmarks/dpformer_clipping.py --device cuda --batch 256 --vocabs 50000 --steps 9
 fi
 if want rosa; then
-    part rosa 150 "$py" benchmarks/rosa_train_step.py --hidden 2048 --intermediate 5504 --layers 8 --seq 512 \
-        --batch 2 --dtype bfloat16 --steps 10
+    part rosa 200 "$py" benchmarks/rosa_train_step.py --hidden 2048 --intermediate 5504 --layers 8 --seq 512 \
+        --batch 2 --dtype bfloat16 --steps 10 --sddmm csr,blocked,gather --profile
 fi
 if want moment; then
     part moment 180 "$py" benchmarks/moment_forward.py --device cuda --batch 32 --reps 10
