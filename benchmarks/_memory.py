@@ -1,4 +1,5 @@
-"""Memory measures the benchmarks share (imported by the scripts in this folder, run as `python benchmarks/x.py`)."""
+"""Memory measures and the device header the benchmarks share (imported by the scripts in this folder, run as
+`python benchmarks/x.py`)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,14 @@ def status_kib(field: str) -> int:
 def reset_peak_rss() -> None:
     """Reset VmHWM to the current RSS, so a later status_kib("VmHWM") sees only what comes after."""
     Path("/proc/self/clear_refs").write_text("5")
+
+
+def device_line(device) -> str:
+    """The machine a benchmark ran on, for its header: `cpu, torch 2.14.1` or
+    `cuda (NVIDIA H200), torch 2.11.0+cu130, CUDA 13.0`."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return f"{dev}, torch {torch.__version__}"
+    return f"{dev} ({torch.cuda.get_device_name(dev)}), torch {torch.__version__}, CUDA {torch.version.cuda}"

@@ -256,14 +256,13 @@ def main() -> None:
             err = times.get("error") or mem.get("error") or (times[m] if isinstance(times[m], str) else None)
             rows[(v, t, m)] = {"error": err} if err else {"time_s": times[m], **mem}
             print(f"# vocab={v} seq={t} {m}: {rows[(v, t, m)]}", file=sys.stderr, flush=True)
-    import torch
+    from _memory import device_line  # the sibling helper of the benchmark scripts
 
-    name = torch.cuda.get_device_name() if cuda else "cpu"
-    print(f"device {a.device} ({name}), torch {torch.__version__} (CUDA {torch.version.cuda}), batch {a.batch}, "
+    print(f"device {device_line(a.device)}, batch {a.batch}, "
           f"d_model {a.d}, 2 layers, 2 heads, {a.steps} interleaved rounds "
           "after 1 warm-up; step time: median [interquartile range]; ratios: median of the per-round ratios "
           "[min–max], method / nonprivate and method / phantom; memory = peak "
-          f"{'CUDA allocation' if a.device.startswith('cuda') else 'RSS'} above the post-setup level\n")
+          f"{'CUDA allocation' if cuda else 'RSS'} above the post-setup level\n")
     print("| vocab | seq | method | step time (s) | × non-private | × phantom | peak extra memory (MiB) |")
     print("|---:|---:|---|---:|---:|---:|---:|")
     for v, t in grid:

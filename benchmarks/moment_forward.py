@@ -102,9 +102,10 @@ def main() -> None:
         torch.set_num_threads(a.threads)
     warnings.filterwarnings("ignore")
     import momentfm
+    from _memory import device_line  # the sibling helper of the benchmark scripts
 
     device = torch.device(a.device)
-    print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, batch {a.batch}, "
+    print(f"device {device_line(device)}, threads {torch.get_num_threads()}, batch {a.batch}, "
           f"reps {a.reps}")
     print("| T5 shape | task | channels | momentfm ms (median [IQR]) | ours ms (median [IQR]) | ours / momentfm "
           "| momentfm peak MB | ours peak MB | max abs diff |")

@@ -27,6 +27,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _memory import device_line  # noqa: E402 - the sibling helper of the benchmark scripts
 from zoo.lm import build_causal_lm  # noqa: E402
 from zoo.rosa.layer import RoSALinear  # noqa: E402
 from zoo.rosa.mask import apply_rosa, find_targets  # noqa: E402
@@ -171,11 +172,9 @@ def main() -> None:
     results = bench(models, batches, warmup=1, steps=steps, device=device)
     rows = [(label, *res, density) for (label, _, density, _), res in zip(runs, results)]
     t0, m0 = rows[0][1], rows[0][2]
-    gpu = (f" ({torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda})"
-           if device == "cuda" else "")
     print(f"\nLlama hidden {hidden}, intermediate {intermediate}, {layers} layers, {args.dtype}, seq {seq}, "
           f"batch {args.batch}, {n_target / 1e6:.1f}M target "
-          f"weights, device {device}{gpu}, torch threads {torch.get_num_threads()}, median of {steps} steps "
+          f"weights, device {device_line(device)}, torch threads {torch.get_num_threads()}, median of {steps} steps "
           f"({'wall' if device == 'cuda' else 'process CPU'} time)\n")
     head = ("| method | trainable params | step time (s) | vs LoRA | train-state memory (MiB) | vs LoRA "
             "| LoRA + sparse values budget (MiB) |")
