@@ -7,6 +7,8 @@
 #   dpformer   benchmarks/dpformer_clipping.py at vocabulary 10k/50k x sequence 50/200, batch 64; 50k at batch 256
 #   rosa       benchmarks/rosa_train_step.py on a bf16 Llama (hidden 2048, intermediate 5504, 8 layers, seq 512),
 #              one row per SDDMM kernel, with a profile of one step of each
+#   rosa-plan  the same model: each support's cached SupportPlan against rebuilding it every step (KERNEL:per-step,
+#              the layer before the cache), for the CSR and the blocked kernel; not yet run on a GPU
 #   moment     benchmarks/moment_forward.py (small- and large-shaped T5, batch 32, 1 and 7 channels)
 #   gentle     zoo sweep configs/sweeps/gentle_toy1_official.yaml (8 jobs), then its zoo compare tables
 # PARTS="rosa moment" runs a subset. DEADLINE (seconds, default 560: what fitted the 15-minute GPU loan of
@@ -15,7 +17,7 @@ set -u
 out=${1:?usage: bash benchmarks/gpu_checks.sh OUT_DIR}
 mkdir -p "$out"
 py=${PYTHON:-python3}
-parts=${PARTS:-smoke dpformer rosa moment gentle}
+parts=${PARTS:-smoke dpformer rosa rosa-plan moment gentle}
 export PYTHONUNBUFFERED=1 WANDB_MODE=${WANDB_MODE:-disabled} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 t0=$(date +%s)
@@ -63,6 +65,10 @@ if want rosa; then
     part rosa 200 "$py" benchmarks/rosa_train_step.py --hidden 2048 --intermediate 5504 --layers 8 --seq 512 \
         --batch 2 --dtype bfloat16 --steps 10 --sddmm csr,blocked,gather --profile
 fi
+if want rosa-plan; then
+    part rosa-plan 150 "$py" benchmarks/rosa_train_step.py --hidden 2048 --intermediate 5504 --layers 8 --seq 512 \
+        --batch 2 --dtype bfloat16 --steps 10 --sddmm csr,csr:per-step,blocked,blocked:per-step
+fi
 if want moment; then
     part moment 180 "$py" benchmarks/moment_forward.py --device cuda --batch 32 --reps 10
 fi
@@ -75,6 +81,6 @@ if want gentle; then
 fi
 
 # the tables, for a reader of this run's output
-grep -h -E "^\||^device|^Llama|^== " "$out"/dpformer.log "$out"/rosa.log "$out"/moment.log 2>/dev/null
+grep -h -E "^\||^device|^Llama|^== " "$out"/dpformer.log "$out"/rosa.log "$out"/rosa-plan.log "$out"/moment.log 2>/dev/null
 grep -h -E "^== " "$out"/smoke_*.log 2>/dev/null
 grep -h -E "^\||^== " "$out"/gentle.log 2>/dev/null

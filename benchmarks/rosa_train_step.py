@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _memory import device_line  # noqa: E402 - the sibling helper of the benchmark scripts
 from zoo.lm import build_causal_lm  # noqa: E402
-from zoo.rosa.layer import RoSALinear  # noqa: E402
+from zoo.rosa.layer import RoSALinear, SupportPlan  # noqa: E402
 from zoo.rosa.mask import apply_rosa, find_targets  # noqa: E402
 
 
@@ -62,10 +62,13 @@ def build(method: str, base: nn.Module, r: int, density: float, seed: int = 0, s
         from peft import LoraConfig, get_peft_model
 
         return get_peft_model(model, LoraConfig(r=r, lora_alpha=16, lora_dropout=0.05, target_modules="all-linear"))
-    layers = apply_rosa(model, "all-linear", r=r, lora_alpha=16, lora_dropout=0.05, density=density, sddmm=sddmm)
+    kernel, _, plan = sddmm.partition(":")
+    layers = apply_rosa(model, "all-linear", r=r, lora_alpha=16, lora_dropout=0.05, density=density, sddmm=kernel)
     g = torch.Generator().manual_seed(seed)
     for layer in layers.values():  # speed does not depend on which entries are chosen
         layer.set_mask(torch.randperm(layer.in_features * layer.out_features, generator=g)[: layer.nnz])
+        if plan == "per-step":  # the layer before its SupportPlan cache: the CSR pattern / block ranges every step
+            layer.support_plan = lambda layer=layer: SupportPlan(layer.sparse_index, *layer.weight_shape)
     if method == "dense-masked":
         for name, layer in layers.items():
             parent, _, child = name.rpartition(".")
@@ -138,7 +141,8 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                     help="dtype of the frozen base (adapters stay fp32, as in RoSA's and PEFT's defaults)")
     ap.add_argument("--sddmm", default="auto", help="comma-separated SDDMM kernels of the RoSA rows (auto, csr, "
-                    "blocked, gather): one row per kernel and density")
+                    "blocked, gather): one row per kernel and density; KERNEL:per-step rebuilds the support's "
+                    "plan (CSR row pointers, block ranges) every step instead of once per mask")
     ap.add_argument("--profile", action="store_true", help="also profile one step of each method (top operators)")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None)

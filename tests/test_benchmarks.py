@@ -54,12 +54,13 @@ def test_rosa_train_step():
     out = run("rosa_train_step.py", "--hidden", "64", "--layers", "1", "--seq", "16", "--steps", "1", "--threads", "1")
     labels = [r[0] for r in table_rows(out)[1:]]
     assert any("PEFT LoRA" in x for x in labels) and any("RoSA" in x for x in labels)
-    # the GPU run's options: a bf16 base with fp32 adapters, one RoSA row per SDDMM kernel, the profile
+    # the GPU run's options: a bf16 base with fp32 adapters, one RoSA row per SDDMM kernel (and plan caching),
+    # the profile
     out = run("rosa_train_step.py", "--hidden", "64", "--intermediate", "96", "--layers", "1", "--seq", "16",
-              "--steps", "1", "--threads", "1", "--dtype", "bfloat16", "--sddmm", "csr,blocked", "--profile")
+              "--steps", "1", "--threads", "1", "--dtype", "bfloat16", "--sddmm", "csr,blocked:per-step", "--profile")
     labels = [r[0] for r in table_rows(out)[1:] if r[0].startswith(("PEFT", "RoSA", "dense"))]
-    assert labels == ["PEFT LoRA r=16", "RoSA r=16, d=0.6% (csr)", "RoSA r=16, d=0.6% (blocked)",
-                      "RoSA r=16, d=1.8% (csr)", "RoSA r=16, d=1.8% (blocked)", "dense masked r=16, d=1.8%"]
+    assert labels == ["PEFT LoRA r=16", "RoSA r=16, d=0.6% (csr)", "RoSA r=16, d=0.6% (blocked:per-step)",
+                      "RoSA r=16, d=1.8% (csr)", "RoSA r=16, d=1.8% (blocked:per-step)", "dense masked r=16, d=1.8%"]
     assert "intermediate 96" in out and "bfloat16" in out and out.count("one forward + backward") == 5
 
 

@@ -12,7 +12,8 @@ from torch import nn
 from zoo.errors import ZooError
 from zoo.lm import build_causal_lm
 from zoo.memory import saved_bytes
-from zoo.rosa.layer import DropoutLoRAA, RoSALinear, SparseFrozenLinear, sddmm, sddmm_blocked, sddmm_csr, sddmm_gather
+from zoo.rosa.layer import (DropoutLoRAA, RoSALinear, SparseFrozenLinear, SupportPlan, sddmm, sddmm_blocked, sddmm_csr,
+                            sddmm_gather)
 from zoo.rosa.mask import apply_rosa
 
 
@@ -48,6 +49,47 @@ def test_sddmm_equals_masked_dense_product(nnz):
     torch.testing.assert_close(sddmm_csr(go, x, index, cols=11), expected, rtol=0, atol=1e-12)
     for kernel in ("auto", "csr", "gather", "blocked"):  # the kernel is the caller's choice
         torch.testing.assert_close(sddmm(go, x, index, cols=11, kernel=kernel), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("nnz", [1, 23, 99])
+def test_support_plan_is_the_csr_layout_and_the_row_blocks_support_ranges(nnz):
+    g = torch.Generator().manual_seed(2)
+    index = torch.sort(torch.randperm(99, generator=g)[:nnz]).values.to(torch.int32)
+    mask = torch.zeros(99)
+    mask[index.long()] = 1
+    plan = SupportPlan(index, rows=9, cols=11)
+    torch.testing.assert_close(plan.crow(), mask.view(9, 11).to_sparse_csr().crow_indices().to(torch.int32))
+    assert plan.crow().dtype == index.dtype  # int32 stays int32: no int64 copy is kept
+    for rows_per_block in (1, 2, 4, 9):
+        bounds = list(range(0, 9, rows_per_block)) + [9]
+        by_count = [int((index.long() < r * 11).sum()) for r in bounds]  # entries before each block's first row
+        assert plan.block_starts(rows_per_block) == by_count
+
+
+@pytest.mark.parametrize("kernel", ["csr", "blocked"])
+def test_the_layer_builds_its_plan_once_per_support_and_never_uses_a_stale_one(kernel):
+    layer = _layer()
+    layer.sddmm = kernel
+    x = torch.randn(5, 12, dtype=torch.float64)
+
+    def value_grad():  # d sum(y) / dS on the support = (1ᵀX) at each entry's column: dOᵀX with dO = 1
+        layer.zero_grad()
+        layer(x).sum().backward()
+        expected = (torch.ones(5, 10, dtype=x.dtype).t() @ x).flatten()[layer.sparse_index.long()]
+        torch.testing.assert_close(layer.sparse_values.grad, expected, rtol=0, atol=1e-12)
+
+    value_grad()
+    plan = layer.support_plan()
+    value_grad()
+    assert layer.support_plan() is plan  # kept across steps
+    layer.set_mask(torch.randperm(120)[: layer.nnz])  # same buffer, new contents
+    assert layer.support_plan() is not plan
+    value_grad()
+    other = _layer(seed=1)
+    plan = layer.support_plan()
+    layer.load_state_dict(other.state_dict())  # written in place again
+    assert layer.support_plan() is not plan and torch.equal(layer.sparse_index, other.sparse_index)
+    value_grad()
 
 
 @pytest.mark.parametrize("shape,density", [((10, 12), 0.15), ((40, 48), 0.002)])  # blocked / gather SDDMM

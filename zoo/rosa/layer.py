@@ -59,6 +59,40 @@ def index_dtype(numel: int) -> torch.dtype:
     return torch.int32 if numel < 2**31 else torch.int64
 
 
+class SupportPlan:
+    """What the SDDMM kernels derive from a fixed, sorted support: the CSR row pointers of `sampled_addmm`'s
+    pattern ((rows + 1) integers) and the support range of each row block of the blocked kernel. Both are fixed
+    once the mask is set, so `RoSALinear` builds them once per mask instead of in every backward pass. This saves
+    four small kernels per layer and step for the CSR kernel, and for the blocked kernel a device→host read (a
+    host sync on CUDA, where the step is host-bound: benchmarks/RESULTS.md, rosa on the H200). Only O(rows)
+    integers are kept; the column indices (nnz of them) are recomputed per call rather than held a second time."""
+
+    def __init__(self, index: torch.Tensor, rows: int, cols: int):
+        self.index, self.rows, self.cols = index, rows, cols
+        self.key = self.key_of(index, rows, cols)
+        self._crow: torch.Tensor | None = None
+        self._starts: dict[int, list[int]] = {}
+
+    @staticmethod
+    def key_of(index: torch.Tensor, rows: int, cols: int) -> tuple:
+        """Identifies a support without reading it: its storage, device and geometry. Writes into the same
+        storage (`set_mask`, `load_state_dict`) drop the layer's plan explicitly."""
+        return index.data_ptr(), index.device, index.numel(), rows, cols
+
+    def crow(self) -> torch.Tensor:
+        if self._crow is None:
+            edges = torch.arange(self.rows + 1, device=self.index.device) * self.cols
+            self._crow = torch.searchsorted(self.index.long(), edges).to(self.index.dtype)
+        return self._crow
+
+    def block_starts(self, rows_per_block: int) -> list[int]:
+        if rows_per_block not in self._starts:
+            bounds = list(range(0, self.rows, rows_per_block)) + [self.rows]
+            edges = torch.tensor(bounds, device=self.index.device, dtype=torch.long) * self.cols
+            self._starts[rows_per_block] = torch.searchsorted(self.index.long(), edges).tolist()
+        return self._starts[rows_per_block]
+
+
 # --- SDDMM: (aᵀ b) on a support of flat row-major indices k = i·cols + j ------------------------------------------
 # For nn.Linear a = dO (T, out), b = X (T, in), cols = in: the gradient of W (out, in). For Conv1D a = X, b = dO,
 # cols = out: the gradient of its stored (in, out) weight.
@@ -88,10 +122,11 @@ def sddmm_gather(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: in
 
 
 def sddmm_blocked(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: int,
-                  block_elements: int = SDDMM_BLOCK_ELEMENTS) -> torch.Tensor:
+                  block_elements: int = SDDMM_BLOCK_ELEMENTS, plan: SupportPlan | None = None) -> torch.Tensor:
     """The same sampled product, one block of rows at a time: (a[:, r0:r1])ᵀ b is a GEMM of at most
     `block_elements` entries, from which the support entries of those rows are gathered. Needs `index` sorted
-    (row-major), which `RoSALinear.set_mask` guarantees. Work ∝ rows·cols·T at GEMM speed, memory ∝ one block."""
+    (row-major), which `RoSALinear.set_mask` guarantees. Work ∝ rows·cols·T at GEMM speed, memory ∝ one block.
+    `plan` (the layer's `SupportPlan`) supplies each block's support range without a device→host read."""
     nnz, rows = index.numel(), a.shape[-1]
     acc = torch.float64 if a.dtype == torch.float64 else torch.float32
     out = torch.empty(nnz, dtype=acc, device=a.device)
@@ -99,8 +134,8 @@ def sddmm_blocked(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: i
         return out
     rows_per_block = max(1, block_elements // cols)
     bounds = list(range(0, rows, rows_per_block)) + [rows]
-    edges = torch.tensor(bounds, device=index.device, dtype=torch.long) * cols
-    starts = torch.searchsorted(index.long(), edges).tolist()  # support range of each row block
+    plan = plan if plan is not None else SupportPlan(index, rows, cols)
+    starts = plan.block_starts(rows_per_block)
     for blk in range(len(bounds) - 1):
         s, e = starts[blk], starts[blk + 1]
         if s == e:
@@ -111,21 +146,21 @@ def sddmm_blocked(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: i
     return out
 
 
-def sddmm_csr(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: int) -> torch.Tensor:
+def sddmm_csr(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: int,
+              plan: SupportPlan | None = None) -> torch.Tensor:
     """The same sampled product through PyTorch's own SDDMM kernel, `torch.sparse.sampled_addmm` on a CSR
     pattern built from the sorted flat index (CPU and CUDA; work ∝ nnz·T like the official `spops` SDDMM).
     Measured 3× faster than the blocked GEMM and 6–14× faster than the gather on a 1344×512 layer at
-    d = 0.6–1.8%, 512 tokens (2-core CPU)."""
+    d = 0.6–1.8%, 512 tokens (2-core CPU). `plan` (the layer's `SupportPlan`) supplies the row pointers."""
     nnz, rows = index.numel(), a.shape[-1]
     acc = torch.float64 if a.dtype == torch.float64 else torch.float32
     if nnz == 0:
         return torch.empty(0, dtype=acc, device=a.device)
-    idx = index.long()
-    row_starts = torch.arange(rows + 1, device=idx.device) * cols
-    crow = torch.searchsorted(idx, row_starts)
+    plan = plan if plan is not None else SupportPlan(index, rows, cols)
     with warnings.catch_warnings():  # "sparse CSR support is in beta": the kernel is covered by our oracle tests
         warnings.simplefilter("ignore", UserWarning)
-        pattern = torch.sparse_csr_tensor(crow, idx % cols, torch.zeros(nnz, dtype=acc, device=idx.device),
+        # column indices in the index's own dtype (int32 while it fits): no int64 copy of the support per call
+        pattern = torch.sparse_csr_tensor(plan.crow(), index % cols, torch.zeros(nnz, dtype=acc, device=index.device),
                                           (rows, cols), check_invariants=False)
     out = torch.sparse.sampled_addmm(pattern, a.t().to(acc), b.to(acc), beta=0.0)
     return out.values()
@@ -148,18 +183,19 @@ def check_sddmm_kernel(kernel: str) -> None:
 
 
 def sddmm(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: int,
-          kernel: SDDMMKernel = "auto") -> torch.Tensor:
+          kernel: SDDMMKernel = "auto", plan: SupportPlan | None = None) -> torch.Tensor:
     """(aᵀb) on the support with the given kernel; `"auto"`: PyTorch's CSR SDDMM when this build has it for the
-    device, otherwise the gather SDDMM at low density and the blocked GEMM + gather above 1/(2·GATHER_VS_GEMM_COST)."""
+    device, otherwise the gather SDDMM at low density and the blocked GEMM + gather above 1/(2·GATHER_VS_GEMM_COST).
+    `plan`: the support's cached `SupportPlan` (built here when not given)."""
     if kernel == "auto":
         if csr_sddmm_available(a.device.type):
             kernel = "csr"
         else:
             kernel = "blocked" if 2 * GATHER_VS_GEMM_COST * index.numel() > cols * a.shape[-1] else "gather"
     if kernel == "csr":
-        return sddmm_csr(a, b, index, cols)
+        return sddmm_csr(a, b, index, cols, plan=plan)
     if kernel == "blocked":
-        return sddmm_blocked(a, b, index, cols)
+        return sddmm_blocked(a, b, index, cols, plan=plan)
     if kernel == "gather":
         return sddmm_gather(a, b, index, cols)
     raise ZooError(f"unknown sddmm kernel {kernel!r}; use one of {list(SDDMM_KERNELS)}")
@@ -222,12 +258,12 @@ class SparseFrozenLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, values, index, base, kernel="auto"):
+    def forward(ctx, x, values, index, base, kernel="auto", plan=None):
         w_eff = add_sparse(base.frozen_weight(), values, index, base.fresh_weight)
         bias = base.bias
         w_lin = w_eff.t() if base.fan_in_fan_out else w_eff  # F.linear wants (out, in)
         y = F.linear(x.to(w_eff.dtype), w_lin, None if bias is None else bias.to(w_eff.dtype))
-        ctx.base, ctx.kernel = base, kernel
+        ctx.base, ctx.kernel, ctx.plan = base, kernel, plan
         ctx.x_dtype = x.dtype
         ctx.save_for_backward(x, values, index)
         return y
@@ -245,11 +281,11 @@ class SparseFrozenLinear(torch.autograd.Function):
             go = grad_out.reshape(-1, grad_out.shape[-1])
             x2 = x.reshape(-1, x.shape[-1])
             if base.fan_in_fan_out:  # stored (in, out): the gradient is Xᵀ dO
-                grad_values = sddmm(x2, go, index, go.shape[-1], ctx.kernel)
+                grad_values = sddmm(x2, go, index, go.shape[-1], ctx.kernel, ctx.plan)
             else:  # stored (out, in): dOᵀ X
-                grad_values = sddmm(go, x2, index, x2.shape[-1], ctx.kernel)
+                grad_values = sddmm(go, x2, index, x2.shape[-1], ctx.kernel, ctx.plan)
             grad_values = grad_values.to(values.dtype)
-        return grad_x, grad_values, None, None, None
+        return grad_x, grad_values, None, None, None, None
 
 
 def _drop(t: torch.Tensor, keep: torch.Tensor | None, scale: float) -> torch.Tensor:
@@ -285,8 +321,10 @@ class DropoutLoRAA(torch.autograd.Function):
 
 
 def _sync_mask_ready(module: RoSALinear, incompatible_keys) -> None:
-    """Load-state-dict post hook: refresh the host copy of `sparse_ready` (one read per load, none per forward)."""
+    """Load-state-dict post hook: refresh the host copy of `sparse_ready` (one read per load, none per forward)
+    and drop the support plan (the support was written in place)."""
     module._ready = bool(module.sparse_ready)
+    module._plan = None
 
 
 class RoSALinear(nn.Module):
@@ -335,6 +373,7 @@ class RoSALinear(nn.Module):
         self.register_buffer("sparse_ready", torch.tensor(False, device=device))
         self.sparse_values = nn.Parameter(torch.zeros(k, dtype=adapter_dtype, device=device), requires_grad=k > 0)
         self._ready = False  # host copy of `sparse_ready` (no device sync in forward)
+        self._plan: SupportPlan | None = None  # the support's SDDMM bookkeeping, rebuilt when the support changes
         self.register_load_state_dict_post_hook(_sync_mask_ready)
         self.merged = False
 
@@ -373,6 +412,15 @@ class RoSALinear(nn.Module):
             self.sparse_values.zero_() if values is None else self.sparse_values.copy_(values)
             self.sparse_ready.fill_(True)
         self._ready = True
+        self._plan = None  # written in place: same storage, new contents
+
+    def support_plan(self) -> SupportPlan:
+        """The current support's `SupportPlan`, rebuilt after a new mask or a loaded state dict (both drop it) or
+        when the index buffer was replaced (a device move); the check reads no tensor data."""
+        rows, cols = self.weight_shape
+        if self._plan is None or self._plan.key != SupportPlan.key_of(self.sparse_index, rows, cols):
+            self._plan = SupportPlan(self.sparse_index, rows, cols)
+        return self._plan
 
     def dense_sparse(self) -> torch.Tensor:
         """dense(S) in the stored weight's shape (for merging and tests only)."""
@@ -397,7 +445,8 @@ class RoSALinear(nn.Module):
             empty = self.sparse_values.detach().new_zeros(0)
             result = SparseFrozenLinear.apply(x, empty, self.sparse_index[:0], self.frozen(), self.sddmm)
         else:
-            result = SparseFrozenLinear.apply(x, self.sparse_values, self.sparse_index, self.frozen(), self.sddmm)
+            result = SparseFrozenLinear.apply(x, self.sparse_values, self.sparse_index, self.frozen(), self.sddmm,
+                                              self.support_plan())
         if self.lora_A is None:
             return result
         torch_result_dtype = result.dtype
