@@ -306,11 +306,40 @@ def plot(runs: list[dict], metric: str, path: str, group_by: Optional[list[str]]
     return path
 
 
+def curve_table(runs: list[dict], metric: str, window: int, group_by: Optional[list[str]] = None
+                ) -> tuple[list[str], list[list]]:
+    """The plotted curve as numbers: per group (or run), the mean of `metric` over each window of `window`
+    consecutive logged points (e.g. epochs for a metric logged once per epoch), averaged over the group's runs at
+    the steps every run logged (as the plot's band)."""
+    if window < 1:
+        raise ZooError(f"--curve_window must be >= 1, got {window}")
+    if group_by:
+        named = [(", ".join(_fmt(v) for v in key), members) for key, members in groups_of(runs, group_by).items()]
+    else:
+        named = [(label, [r]) for r, label in zip(runs, run_labels(runs))]
+    rows, longest = [], 0
+    for label, members in named:
+        curves = [c for c in (r["curves"](metric) for r in members) if c]
+        if not curves:
+            continue
+        _, mean, _ = _band(curves)
+        windows = [sum(mean[i:i + window]) / len(mean[i:i + window]) for i in range(0, len(mean), window)]
+        longest = max(longest, len(windows))
+        rows.append([label, len(curves), *windows])
+    if not rows:
+        raise ZooError(f"no run logged metric {metric!r}")
+    for row in rows:
+        row += [float("nan")] * (longest + 2 - len(row))
+    header = [",".join(group_by) if group_by else "run", "n"]
+    header += [f"{metric} points {i * window + 1}-{(i + 1) * window}" for i in range(longest)]
+    return header, rows
+
+
 def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = None,
             metrics: Optional[list[str]] = None, wandb_project: Optional[str] = None,
             format: Literal["terminal", "markdown", "csv"] = "terminal", output: Optional[str] = None,
-            metric: Optional[str] = None, plot_path: str = "compare.png", paired_against: Optional[str] = None
-            ) -> str:
+            metric: Optional[str] = None, plot_path: str = "compare.png", paired_against: Optional[str] = None,
+            curve_window: Optional[int] = None) -> str:
     """Compare runs as a table (config keys that differ, final metrics) and a plot; --group_by aggregates seeds.
 
     With --group_by, each group's runs are aggregated (mean ± std, n, 95% t-interval); --metric plots curves.
@@ -329,6 +358,8 @@ def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = No
         paired_against: with --group_by, one group's label (its values joined by commas, e.g. `no_ot`): every other
             group minus that one, matched run by run on the remaining axes (the seed), with the mean ± std of the
             differences, how many fall below / above zero and the paired t-test p.
+        curve_window: with --metric, also print its curves as a table: the mean over each window of this many
+            logged points (e.g. 80 for a metric logged once per epoch: epochs 1-80, 81-160, ...), per group.
     """
     paths = runs or ["runs"]
     loaded = wandb_runs(wandb_project) if wandb_project else [local_run(d) for d in find_runs(paths)]
@@ -347,6 +378,10 @@ def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = No
         Path(output).write_text(text)
     else:
         print(text, end="")
+    if curve_window is not None and not metric:
+        raise ZooError("--curve_window needs --metric (the curve to tabulate)")
     if metric:
+        if curve_window is not None:
+            print(render(*curve_table(loaded, metric, curve_window, group_by), format), end="")
         print(f"plot: {plot(loaded, metric, plot_path, group_by)}")
     return text

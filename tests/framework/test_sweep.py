@@ -102,6 +102,22 @@ def test_grid_of_two_axes_and_two_seeds_with_two_jobs_then_compare(in_tmp, toy_c
     assert "| variant | n | " in out and "| slow | 4 |" in out
     assert (in_tmp / "band.png").stat().st_size > 1000
 
+    # the plotted band as a table: each group's mean over its runs, then over windows of 2 logged points
+    assert main(["compare", str(sweep_dir), "--group_by", "variant", "--format", "csv", "--output", "t.csv",
+                 "--metric", "train/loss", "--curve_window", "2", "--plot_path", str(in_tmp / "band.png")]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out.rsplit("plot:", 1)[0])))
+    from zoo.compare import find_runs, local_run
+
+    for row in rows:
+        curves = [local_run(d)["curves"]("train/loss") for d in find_runs([str(sweep_dir)])
+                  if f"variant={row['variant']}," in d.name]
+        steps = sorted(set.intersection(*({x for x, _ in c} for c in curves)))
+        mean = [statistics.mean(dict(c)[x] for c in curves) for x in steps]
+        assert int(row["n"]) == len(curves) == 4
+        assert float(row["train/loss points 1-2"]) == pytest.approx(statistics.mean(mean[:2]), rel=1e-5)
+    assert main(["compare", str(sweep_dir), "--curve_window", "2"]) == 2
+    assert "--curve_window needs --metric" in capsys.readouterr().err
+
 
 def test_rerun_skips_finished_points_and_a_changed_sweep_is_refused(in_tmp, toy_config, capsys):
     f = write_sweep(in_tmp / "s.yaml", toy_config, seeds=[0, 1])
