@@ -234,9 +234,37 @@ def test_checkpoint_carries_the_anchors(tmp_path):
         torch.testing.assert_close(a, b)
 
 
+def test_lipschitz_power_weights_each_pair_by_its_inverse_distance():
+    """lipschitz_power=p: R = mean_i w_i R_i with w_i ∝ ‖x_i - x_j(i)‖^-p (mean 1), in both players' steps; the
+    per-pair R_i are the paper's semi-duals, recomputed here from the same draws."""
+    from zoo.gentle.entropic import semi_dual
+
+    L.seed_everything(7, verbose=False)
+    model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=10, lipschitz_power=2.0)
+    dm = tiny_data()
+    dm.setup("fit")
+    model.build_tables(*dm.train_groups())
+    x_i, x_j = model.train_x, model.train_x[model.neighbour]
+    d = (x_i - x_j).norm(dim=1)
+    torch.testing.assert_close(model.pair_weight, d**-2 / (d**-2).mean())
+    torch.manual_seed(0)
+    a = model.T(torch.rand(12, 16), x_i)
+    value = model.ot_term(a, x_j, weight=model.pair_weight)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        a = model.T(torch.rand(12, 16), x_i)
+        b = model.T(torch.rand(12, 16), x_j)
+        per_pair = semi_dual(a, b, model.v(b, x_j))
+    torch.testing.assert_close(value.detach(), (per_pair * d**-2).sum() / (d**-2).sum())
+    assert not torch.allclose(value.detach(), per_pair.mean())  # the weights matter on these covariates
+    trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0).fit(model, datamodule=dm)
+
+
 def test_one_line_errors():
     with pytest.raises(ZooError, match="GENTLE beta=1.5 is not allowed: it must be in \\(0, 1\\]"):
         GENTLEModule(beta=1.5)
+    with pytest.raises(ZooError, match="lipschitz_power=-1.0 is not allowed: it must be >= 0"):
+        GENTLEModule(lipschitz_power=-1.0)
     with pytest.raises(ZooError, match="epsilon=0.0"):
         GENTLEModule(epsilon=0.0)
     with pytest.raises(ZooError, match="debias='yes': use true or false"):

@@ -6,7 +6,7 @@ import pytest
 from scipy.spatial.distance import pdist, squareform
 
 from zoo.gentle import neighbours
-from zoo.gentle.neighbours import complete_graph, mst_edges, mst_neighbours
+from zoo.gentle.neighbours import complete_graph, lipschitz_weights, mst_edges, mst_neighbours
 
 
 def nx_tree(x):
@@ -53,3 +53,15 @@ def test_degenerate_inputs():
         mst_neighbours(np.zeros((1, 3)))
     with pytest.raises(ValueError, match="must be distinct"):
         mst_neighbours(np.array([[0.0], [1.0], [0.0]]))
+
+
+def test_lipschitz_weights_are_inverse_pair_distances_with_mean_one():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(30, 3))
+    rel = mst_neighbours(x)
+    d = np.array([np.sqrt(((x[i] - x[rel[i]]) ** 2).sum()) for i in range(30)])  # each pair's distance, by hand
+    np.testing.assert_array_equal(lipschitz_weights(x, rel, 0), np.ones(30))  # power 0: the official term
+    for p in (1, 2):
+        w = lipschitz_weights(x, rel, p)
+        assert w.mean() == pytest.approx(1.0)
+        np.testing.assert_allclose(w * d**p, np.full(30, 1 / np.mean(d ** -float(p))), rtol=1e-12)

@@ -24,7 +24,7 @@ from zoo.gentle.entropic import debiased_semi_dual, entropic_ot, semi_dual
 from zoo.gentle.gda import gradient_norms, make_anchors, proximal_penalty, smoothed_gda_step
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
-from zoo.gentle.neighbours import mst_neighbours
+from zoo.gentle.neighbours import lipschitz_weights, mst_neighbours
 from zoo.gentle.nets import MLPM
 from zoo.hub import HubMixin
 
@@ -128,6 +128,11 @@ class GENTLEModule(ConditionalGeneratorModule):
             T(·, x_j)) solved exactly on the step's samples by log-domain Sinkhorn, with its envelope gradient
             (`zoo.gentle.entropic.entropic_ot`); v_φ is then unused and the ascent step does nothing. It separates
             the objective from the potential network's training (cards/gentle.md, toy1 fourth round).
+        lipschitz_power: p, ours, not the official code's (default 0 = the official term: nothing divides by the
+            covariate distance). p > 0 weights R_i by ‖x_i - x_j(i)‖^(-p), normalised to mean 1 over the training
+            covariates so that λ keeps its scale. With R_i + ε ≈ W₂²(μ_i, μ_j), p = 2 makes the term a mean squared
+            Lipschitz ratio (W₂ / ‖x_i - x_j‖)², a literal reading of the abstract's "penalizing the Lipschitz
+            constant" (the paper's formula could not be read here; cards/gentle.md, toy1 sixth round).
         bandwidth: KDE ``bw_method`` factor for F̂_i (0.3).
         r1, r2: proximal weights of the generator and the potential (3.0, 2.0).
         beta, mu: anchor rates of the generator and the potential (0.5, 0.7).
@@ -149,6 +154,7 @@ class GENTLEModule(ConditionalGeneratorModule):
         epsilon: float = 1.0,
         debias: bool = False,
         ot_term: Literal["semidual", "sinkhorn"] = "semidual",
+        lipschitz_power: float = 0.0,
         bandwidth: float = 0.3,
         r1: float = 3.0,
         r2: float = 2.0,
@@ -163,11 +169,12 @@ class GENTLEModule(ConditionalGeneratorModule):
     ):
         super().__init__(x_dim, n_eval_samples)
         self.save_hyperparameters()
-        checks = {"lambda_ot": lambda_ot >= 0, "epsilon": epsilon > 0, "bandwidth": bandwidth > 0, "r1": r1 >= 0,
-                  "r2": r2 >= 0, "beta": 0 < beta <= 1, "mu": 0 < mu <= 1, "lr_mapping": lr_mapping > 0,
-                  "lr_potential": lr_potential > 0, "n_u": n_u >= 1}
-        allowed = {"lambda_ot": ">= 0", "epsilon": "> 0", "bandwidth": "> 0", "r1": ">= 0", "r2": ">= 0",
-                   "beta": "in (0, 1]", "mu": "in (0, 1]", "lr_mapping": "> 0", "lr_potential": "> 0", "n_u": ">= 1"}
+        checks = {"lambda_ot": lambda_ot >= 0, "epsilon": epsilon > 0, "lipschitz_power": lipschitz_power >= 0,
+                  "bandwidth": bandwidth > 0, "r1": r1 >= 0, "r2": r2 >= 0, "beta": 0 < beta <= 1, "mu": 0 < mu <= 1,
+                  "lr_mapping": lr_mapping > 0, "lr_potential": lr_potential > 0, "n_u": n_u >= 1}
+        allowed = {"lambda_ot": ">= 0", "epsilon": "> 0", "lipschitz_power": ">= 0", "bandwidth": "> 0", "r1": ">= 0",
+                   "r2": ">= 0", "beta": "in (0, 1]", "mu": "in (0, 1]", "lr_mapping": "> 0", "lr_potential": "> 0",
+                   "n_u": ">= 1"}
         for name, ok in checks.items():
             if not ok:
                 raise ZooError(f"GENTLE {name}={getattr(self.hparams, name)} is not allowed: it must be {allowed[name]}")
@@ -205,6 +212,8 @@ class GENTLEModule(ConditionalGeneratorModule):
         self.register_buffer("cdf_grid", f32(grid), persistent=False)
         self.register_buffer("cdf_values", f32(cdf), persistent=False)
         self.register_buffer("neighbour", torch.as_tensor(neighbours, device=self.device), persistent=False)
+        weights = lipschitz_weights(x_distinct, neighbours, self.hparams.lipschitz_power)
+        self.register_buffer("pair_weight", f32(weights), persistent=False)
 
     # --------------------------------------------------------------------------------------- the players
     def T(self, u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -221,19 +230,21 @@ class GENTLEModule(ConditionalGeneratorModule):
     def sample_standardised(self, xs: torch.Tensor, n: int) -> torch.Tensor:
         return self.T(torch.rand(xs.shape[0], n, device=xs.device), xs)
 
-    def ot_term(self, a: torch.Tensor, x_j: torch.Tensor, through_generator: bool = True) -> torch.Tensor:
-        """R = mean_i R_i for generated a = T(u, x_i) (n_cov, B) against fresh draws b = T(u', x_j) at the
-        neighbours. In the generator step the gradient reaches θ through a, b and v's input b; in the potential
-        step (``through_generator=False``) the draws are constants and only v_φ is differentiated. With ``debias``
-        the self terms of the Sinkhorn divergence are subtracted; they depend on θ only, so the potential's gradient
-        is the same either way."""
+    def ot_term(self, a: torch.Tensor, x_j: torch.Tensor, through_generator: bool = True,
+                weight: torch.Tensor | None = None) -> torch.Tensor:
+        """R = mean_i w_i R_i (w_i = 1 unless ``lipschitz_power`` > 0) for generated a = T(u, x_i) (n_cov, B)
+        against fresh draws b = T(u', x_j) at the neighbours. In the generator step the gradient reaches θ through
+        a, b and v's input b; in the potential step (``through_generator=False``) the draws are constants and only
+        v_φ is differentiated. With ``debias`` the self terms of the Sinkhorn divergence are subtracted; they depend
+        on θ only, so the potential's gradient is the same either way."""
         with torch.set_grad_enabled(through_generator and torch.is_grad_enabled()):
             b = self.T(torch.rand_like(a), x_j)
         hp = self.hparams
         if hp.ot_term == "sinkhorn":  # exact W_ε(α_i, β_j) - ε, the same convention as the semi-dual's R
-            return (entropic_ot(a, b, hp.epsilon, hp.cost) - hp.epsilon).mean()
-        term = debiased_semi_dual if hp.debias else semi_dual
-        return term(a, b, self.v(b, x_j), hp.epsilon, hp.cost).mean()
+            per_pair = entropic_ot(a, b, hp.epsilon, hp.cost) - hp.epsilon
+        else:
+            per_pair = (debiased_semi_dual if hp.debias else semi_dual)(a, b, self.v(b, x_j), hp.epsilon, hp.cost)
+        return (per_pair if weight is None else per_pair * weight).mean()
 
     # --------------------------------------------------------------------------------------- smoothed GDA
     def configure_optimizers(self):
@@ -249,6 +260,7 @@ class GENTLEModule(ConditionalGeneratorModule):
         (idx,) = batch
         hp = self.hparams
         x_i, x_j = self.train_x[idx], self.train_x[self.neighbour[idx]]
+        w = self.pair_weight[idx] if hp.lipschitz_power else None
         grid, cdf = self.cdf_grid[idx], self.cdf_values[idx]
         parts: dict[str, torch.Tensor] = {}
 
@@ -258,7 +270,7 @@ class GENTLEModule(ConditionalGeneratorModule):
             parts["l_fit"] = loss = (u - interpolate_cdf(grid, cdf, a)).square().mean()
             terms = {"fit": loss}
             if hp.lambda_ot != 0:
-                parts["reg_generator"] = self.ot_term(a, x_j)
+                parts["reg_generator"] = self.ot_term(a, x_j, weight=w)
                 terms["ot"] = hp.lambda_ot * parts["reg_generator"]
                 loss = loss + terms["ot"]
             if hp.log_grad_norms:  # is the OT term's pull on θ comparable to the fit term's? (cards/gentle.md)
@@ -274,7 +286,7 @@ class GENTLEModule(ConditionalGeneratorModule):
                 return torch.zeros((), device=self.device)
             with torch.no_grad():
                 a = self.T(torch.rand(len(idx), hp.n_u, device=self.device), x_i)
-            parts["reg"] = self.ot_term(a, x_j, through_generator=False)
+            parts["reg"] = self.ot_term(a, x_j, through_generator=False, weight=w)
             return hp.lambda_ot * parts["reg"]
 
         opt_t, opt_v = self.optimizers()

@@ -65,3 +65,11 @@ def mst_neighbours(x: np.ndarray) -> np.ndarray:
         adjacent = np.concatenate([edges[edges[:, 0] == i, 1], edges[edges[:, 1] == i, 0]])
         rel[i] = adjacent[np.argmin(np.linalg.norm(x[adjacent] - x[i], axis=1))]
     return rel
+
+
+def lipschitz_weights(x: np.ndarray, neighbours: np.ndarray, power: float) -> np.ndarray:
+    """(N,) weights ‖x_i - x_j(i)‖^(-power) of the OT term's pairs, normalised to mean 1 (ours: the official code
+    weights every pair by 1, which ``power`` 0 gives; ``GENTLEModule(lipschitz_power=...)``)."""
+    distance = np.linalg.norm(np.asarray(x, dtype=np.float64) - x[neighbours], axis=1)
+    weight = distance ** -float(power)
+    return weight / weight.mean()
