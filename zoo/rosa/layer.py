@@ -76,7 +76,8 @@ class SupportPlan:
     @staticmethod
     def key_of(index: torch.Tensor, rows: int, cols: int) -> tuple:
         """Identifies a support without reading it: its storage, device and geometry. Writes into the same
-        storage (`set_mask`, `load_state_dict`) drop the layer's plan explicitly."""
+        storage (`set_mask`, `load_state_dict`) drop the layer's plan explicitly; DDP's buffer broadcast writes
+        the support every rank already has (all ranks take the same top-k, `RoSAModule.fisher_scores`)."""
         return index.data_ptr(), index.device, index.numel(), rows, cols
 
     def crow(self) -> torch.Tensor:
