@@ -250,6 +250,21 @@ def run_labels(runs: list[dict]) -> list[str]:
     return labels
 
 
+def curve_groups(runs: list[dict], metric: str, group_by: Optional[list[str]] = None) -> list[tuple]:
+    """(group key, its runs' logged curves of `metric`) under `group_by`, else (run label, [its curve]) per run;
+    groups and runs that never logged it are left out."""
+    if group_by:
+        items = groups_of(runs, group_by).items()
+    else:
+        items = zip(run_labels(runs), ([r] for r in runs))
+    out = []
+    for key, members in items:
+        curves = [c for c in (r["curves"](metric) for r in members) if c]
+        if curves:
+            out.append((key, curves))
+    return out
+
+
 def _band(curves: list[list[tuple[float, float]]]) -> tuple[list[float], list[float], list[float]]:
     """Mean and std over the runs at the steps every run logged."""
     common = sorted(set.intersection(*(set(x for x, _ in c) for c in curves)))
@@ -270,11 +285,8 @@ def plot(runs: list[dict], metric: str, path: str, group_by: Optional[list[str]]
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     drawn = 0
-    if group_by:
-        for key, members in groups_of(runs, group_by).items():
-            curves = [c for c in (r["curves"](metric) for r in members) if c]
-            if not curves:
-                continue
+    for key, curves in curve_groups(runs, metric, group_by):
+        if group_by:
             xs, mean, std = _band(curves)
             if not xs:
                 continue
@@ -282,16 +294,11 @@ def plot(runs: list[dict], metric: str, path: str, group_by: Optional[list[str]]
             (line,) = ax.plot(xs, mean, label=label)
             ax.fill_between(xs, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                             color=line.get_color(), alpha=0.2, linewidth=0)
-            drawn += 1
-        title = f"{metric}: mean ± std over runs per group"
-    else:
-        for r, label in zip(runs, run_labels(runs)):
-            pts = r["curves"](metric)
-            if pts:
-                xs, ys = zip(*pts)
-                ax.plot(xs, ys, label=label, marker="." if len(pts) < 30 else None)
-                drawn += 1
-        title = f"{metric} per run"
+        else:
+            xs, ys = zip(*curves[0])
+            ax.plot(xs, ys, label=key, marker="." if len(xs) < 30 else None)
+        drawn += 1
+    title = f"{metric}: mean ± std over runs per group" if group_by else f"{metric} per run"
     if not drawn:
         plt.close(fig)
         raise ZooError(f"no run logged metric {metric!r}")
@@ -313,19 +320,12 @@ def curve_table(runs: list[dict], metric: str, window: int, group_by: Optional[l
     the steps every run logged (as the plot's band)."""
     if window < 1:
         raise ZooError(f"--curve_window must be >= 1, got {window}")
-    if group_by:
-        named = [(", ".join(_fmt(v) for v in key), members) for key, members in groups_of(runs, group_by).items()]
-    else:
-        named = [(label, [r]) for r, label in zip(runs, run_labels(runs))]
     rows, longest = [], 0
-    for label, members in named:
-        curves = [c for c in (r["curves"](metric) for r in members) if c]
-        if not curves:
-            continue
+    for key, curves in curve_groups(runs, metric, group_by):
         _, mean, _ = _band(curves)
         windows = [sum(mean[i:i + window]) / len(mean[i:i + window]) for i in range(0, len(mean), window)]
         longest = max(longest, len(windows))
-        rows.append([label, len(curves), *windows])
+        rows.append([", ".join(_fmt(v) for v in key) if group_by else key, len(curves), *windows])
     if not rows:
         raise ZooError(f"no run logged metric {metric!r}")
     for row in rows:
@@ -361,6 +361,8 @@ def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = No
         curve_window: with --metric, also print its curves as a table: the mean over each window of this many
             logged points (e.g. 80 for a metric logged once per epoch: epochs 1-80, 81-160, ...), per group.
     """
+    if curve_window is not None and not metric:
+        raise ZooError("--curve_window needs --metric (the curve to tabulate)")
     paths = runs or ["runs"]
     loaded = wandb_runs(wandb_project) if wandb_project else [local_run(d) for d in find_runs(paths)]
     if not loaded:
@@ -378,8 +380,6 @@ def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = No
         Path(output).write_text(text)
     else:
         print(text, end="")
-    if curve_window is not None and not metric:
-        raise ZooError("--curve_window needs --metric (the curve to tabulate)")
     if metric:
         if curve_window is not None:
             print(render(*curve_table(loaded, metric, curve_window, group_by), format), end="")

@@ -71,7 +71,7 @@ class SupportPlan:
         self.index, self.rows, self.cols = index, rows, cols
         self.key = self.key_of(index, rows, cols)
         self._crow: torch.Tensor | None = None
-        self._starts: dict[int, list[int]] = {}
+        self._blocks: dict[int, list[tuple[int, int, int, int]]] = {}
 
     @staticmethod
     def key_of(index: torch.Tensor, rows: int, cols: int) -> tuple:
@@ -86,12 +86,15 @@ class SupportPlan:
             self._crow = torch.searchsorted(self.index.long(), edges).to(self.index.dtype)
         return self._crow
 
-    def block_starts(self, rows_per_block: int) -> list[int]:
-        if rows_per_block not in self._starts:
+    def row_blocks(self, rows_per_block: int) -> list[tuple[int, int, int, int]]:
+        """(r0, r1, s, e) per block of `rows_per_block` weight rows: its rows and its entries' range s:e in the
+        sorted support."""
+        if rows_per_block not in self._blocks:
             bounds = list(range(0, self.rows, rows_per_block)) + [self.rows]
             edges = torch.tensor(bounds, device=self.index.device, dtype=torch.long) * self.cols
-            self._starts[rows_per_block] = torch.searchsorted(self.index.long(), edges).tolist()
-        return self._starts[rows_per_block]
+            starts = torch.searchsorted(self.index.long(), edges).tolist()
+            self._blocks[rows_per_block] = list(zip(bounds[:-1], bounds[1:], starts[:-1], starts[1:]))
+        return self._blocks[rows_per_block]
 
 
 # --- SDDMM: (aᵀ b) on a support of flat row-major indices k = i·cols + j ------------------------------------------
@@ -133,15 +136,10 @@ def sddmm_blocked(a: torch.Tensor, b: torch.Tensor, index: torch.Tensor, cols: i
     out = torch.empty(nnz, dtype=acc, device=a.device)
     if nnz == 0:
         return out
-    rows_per_block = max(1, block_elements // cols)
-    bounds = list(range(0, rows, rows_per_block)) + [rows]
     plan = plan if plan is not None else SupportPlan(index, rows, cols)
-    starts = plan.block_starts(rows_per_block)
-    for blk in range(len(bounds) - 1):
-        s, e = starts[blk], starts[blk + 1]
+    for r0, r1, s, e in plan.row_blocks(max(1, block_elements // cols)):
         if s == e:
             continue
-        r0, r1 = bounds[blk], bounds[blk + 1]
         block = a[:, r0:r1].t() @ b  # (r1 - r0, cols): one slab of aᵀb
         out[s:e] = block.reshape(-1).index_select(0, index[s:e].long() - r0 * cols)
     return out
