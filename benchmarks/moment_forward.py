@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 import warnings
 
@@ -101,7 +102,11 @@ def main() -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     warnings.filterwarnings("ignore")
-    import momentfm
+    try:
+        import momentfm
+    except ImportError as e:  # not a dependency: its wheel pins transformers 4.33.3 (see cards/moment.md)
+        sys.exit(f"moment_forward: the peer momentfm does not import ({e}); "
+                 "install it with: pip install --no-deps momentfm==0.1.4")
     from _memory import device_line  # the sibling helper of the benchmark scripts
 
     device = torch.device(a.device)

@@ -101,8 +101,16 @@ def test_every_benchmark_is_run_by_this_file():
     assert not untested, f"benchmarks without a --quick miniature tested here: {untested}"
 
 
+# Peers that cannot be dependencies (momentfm's wheel pins an old transformers; installed with --no-deps): the
+# miniature skips, with the reason, where the peer does not import, as the paper's own oracle tests do.
+OPTIONAL_PEERS = {"moment_forward": ("momentfm", "pip install --no-deps momentfm==0.1.4")}
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("script", QUICK)
 def test_quick_benchmark_prints_its_table(script):
+    if script in OPTIONAL_PEERS:
+        module, how = OPTIONAL_PEERS[script]
+        pytest.importorskip(module, reason=f"{module} is not installed or does not import here ({how})")
     rows = table_rows(run(f"{script}.py", "--quick", timeout=280))
     assert len(rows) >= 2 and any(any(ch.isdigit() for ch in cell) for r in rows[1:] for cell in r), rows[:3]
