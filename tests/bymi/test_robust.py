@@ -35,7 +35,8 @@ def test_geometric_median_equals_hdmedians():
     try:
         import hdmedians
     except ImportError as e:  # its PyPI wheel is built against NumPy 1; a source build works with NumPy 2
-        pytest.skip(f"hdmedians does not import here ({e})")
+        pytest.skip(f"hdmedians does not import here ({e}); build it against this NumPy: pip install cython, then "
+                    "pip install --no-binary hdmedians --no-build-isolation --no-deps hdmedians")
     X = _points(5)
     ref = np.asarray(hdmedians.geomedian(X, axis=0, eps=1e-12, maxiters=20000))
     np.testing.assert_allclose(geometric_median(torch.tensor(X)).numpy(), ref, rtol=0, atol=1e-8)

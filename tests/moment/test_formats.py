@@ -15,6 +15,9 @@ from datamodules.timeseries import (
 from zoo.errors import ZooError
 from zoo.moment.formats import AEON_CLASSIFICATION, bundled_dir, read_kdd_tsad_csv, read_ts, read_ucr_anomaly
 
+# aeon 1.6.0 pins an older pandas and numba than the project has; with --no-deps its readers still work
+AEON_MISSING = "aeon does not import (pip install --no-deps aeon==1.6.0, then pip install numba Deprecated)"
+
 TS_TEXT = """# written as the UCR/UEA archive writes them
 @problemName Tiny
 @timeStamps false
@@ -43,7 +46,7 @@ def test_ts_reader_handles_multivariate_and_missing(tmp_path):
 
 @pytest.mark.parametrize("name", AEON_CLASSIFICATION)
 def test_ts_reader_agrees_with_aeon(name):
-    aeon_datasets = pytest.importorskip("aeon.datasets", reason="aeon is not installed (pip install --no-deps aeon==1.6.0)")
+    aeon_datasets = pytest.importorskip("aeon.datasets", reason=AEON_MISSING)
     for split in ("TRAIN", "TEST"):
         path = bundled_dir("aeon", name) / f"{name}_{split}.ts"
         x_ref, y_ref = aeon_datasets.load_from_ts_file(str(path))
@@ -54,7 +57,7 @@ def test_ts_reader_agrees_with_aeon(name):
 
 
 def test_ucr_anomaly_txt_labels_agree_with_aeons_kdd_135(tmp_path):
-    pytest.importorskip("aeon", reason="aeon is not installed (pip install --no-deps aeon==1.6.0)")
+    pytest.importorskip("aeon", reason=AEON_MISSING)
     bundled = read_kdd_tsad_csv(bundled_dir("aeon", "KDD-TSAD_135"), "135_UCR_Anomaly_InternalBleeding16")
     txt = tmp_path / "135_UCR_Anomaly_InternalBleeding16_1200_4187_4199.txt"  # the archive's own file name
     txt.write_text("\n".join(f"{v:.5f}" for v in bundled.values))
@@ -153,7 +156,7 @@ def test_longer_series_than_512_are_refused(tmp_path):
 
 
 def test_bundled_pretraining_mix_uses_training_parts_only():
-    pytest.importorskip("aeon", reason="aeon is not installed (pip install --no-deps aeon==1.6.0)")
+    pytest.importorskip("aeon", reason=AEON_MISSING)
     dm = PretrainingDataModule(sources=["aeon:GunPoint", "aeon:KDD-TSAD_135", "aeon:Airline"], val_fraction=0.0)
     dm.setup("fit")
     # GunPoint: 50 training cases of 150 steps; KDD-135: 1,200 training points -> 3 windows; Airline: 1 series
