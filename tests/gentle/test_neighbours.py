@@ -1,12 +1,15 @@
-"""MST neighbours: scipy's tree is networkx's tree; every covariate gets an MST-adjacent partner."""
+"""MST neighbours: our Prim tree is networkx's tree and, ties included, scipy's Kruskal tree; every covariate gets an
+MST-adjacent partner."""
 
 import networkx as nx
 import numpy as np
 import pytest
-from scipy.spatial.distance import pdist, squareform
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import minimum_spanning_tree
+from scipy.spatial.distance import cdist, pdist, squareform
 
-from zoo.gentle import neighbours
-from zoo.gentle.neighbours import complete_graph, lipschitz_weights, mst_edges, mst_neighbours
+from tests.gentle.test_datamodule import cps_dir_or_skip
+from zoo.gentle.neighbours import lipschitz_weights, mst_edges, mst_neighbours
 
 
 def nx_tree(x):
@@ -42,10 +45,34 @@ def test_official_assignment_rule_on_a_path():
     assert mst_neighbours(star).tolist() == [2, 0, 0, 0]
 
 
-def test_blocked_graph_construction_is_the_distance_matrix(monkeypatch):
-    monkeypatch.setattr(neighbours, "BLOCK_ROWS", 7)
-    x = np.random.default_rng(1).normal(size=(23, 3))
-    np.testing.assert_allclose(complete_graph(x).toarray(), np.triu(squareform(pdist(x)), 1), rtol=1e-14)
+def scipy_tree(x):
+    """The oracle: scipy's Kruskal on the upper triangle of the dense distance matrix, edges sorted by (a, b)."""
+    tree = minimum_spanning_tree(csr_matrix(np.triu(cdist(x, x), 1))).tocoo()
+    edges = np.sort(np.stack([tree.row, tree.col], axis=1), axis=1)
+    return edges[np.lexsort((edges[:, 1], edges[:, 0]))]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ties_break_as_scipys_kruskal(seed):
+    # integer grids: many equal edge lengths, so many minimum spanning trees; the order (length, a, b) picks one,
+    # the one scipy's stable-sorted Kruskal returns
+    rng = np.random.default_rng(seed)
+    x = np.unique(rng.integers(0, 3, size=(300, 5)) * rng.choice([1.0, 2.0], size=5), axis=0)
+    rng.shuffle(x)
+    assert len(np.unique(pdist(x))) < len(x)  # the case has ties
+    np.testing.assert_array_equal(mst_edges(x), scipy_tree(x))
+    y = rng.normal(size=(400, 9))  # and without ties (9 columns: CPS's width)
+    np.testing.assert_array_equal(mst_edges(y), scipy_tree(y))
+
+
+def test_official_cps_covariates_give_scipys_tree():
+    # binary covariates (t, black, hispanic, married, nodegree): ties everywhere; the tree, and so every neighbour,
+    # is the one scipy's Kruskal gives on the 8,927 balanced training covariates
+    from datamodules.conditional import ConditionalDataModule
+
+    dm = ConditionalDataModule(dataset="cps", source="local", data_dir=str(cps_dir_or_skip(None)), balance=True)
+    xs, _ = dm.train_groups()
+    np.testing.assert_array_equal(mst_edges(xs), scipy_tree(xs))
 
 
 def test_degenerate_inputs():

@@ -1,48 +1,56 @@
 """j(i): the neighbour of each distinct covariate on the Euclidean minimum spanning tree (the OT term's partner).
 
-The official code builds the MST with igraph on the dense distance matrix; here scipy's
-`csgraph.minimum_spanning_tree` runs on the upper triangle of the complete graph, built in row blocks so that the
-dense N x N matrix is never held twice (N = 13,745 CPS covariates: ~0.8 GB of float64 edge weights).
+The official code builds the MST with igraph on the dense N x N distance matrix. scipy's
+`csgraph.minimum_spanning_tree` on the complete graph needs the same O(N²) memory: 7.9 GB and 72 s for the 20,000 ECM
+covariates here. A complete graph is the dense case where Prim's algorithm is the right one: N rounds of one
+distance row each, O(N²) time and O(N) memory (3 s at 20,000; `benchmarks/gentle_mst.py`). Its tie-breaking follows
+scipy's Kruskal (edges by length, then by (a, b) in row-major order), so both return the same tree even where
+lengths tie, as on CPS's binary covariates (checked edge for edge on the official files).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import minimum_spanning_tree
-from scipy.spatial.distance import cdist
-
-BLOCK_ROWS = 512
 
 
-def complete_graph(x: np.ndarray) -> csr_matrix:
-    """Upper-triangular CSR matrix of the Euclidean distances between the rows of x (all distinct)."""
-    n = len(x)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    indptr[1:] = np.cumsum(np.arange(n - 1, -1, -1))
-    indices = np.empty(indptr[-1], dtype=np.int32 if n < 2**31 else np.int64)
-    data = np.empty(indptr[-1], dtype=np.float64)
-    for start in range(0, n, BLOCK_ROWS):
-        stop = min(start + BLOCK_ROWS, n)
-        cols = np.arange(start, n)
-        upper = cols[None, :] > np.arange(start, stop)[:, None]  # row-major, as CSR stores the block
-        a, b = indptr[start], indptr[stop]
-        data[a:b] = cdist(x[start:stop], x[start:])[upper]
-        indices[a:b] = np.broadcast_to(cols, upper.shape)[upper]
-    if n > 1 and not (data > 0).all():
-        raise ValueError("covariates must be distinct: two rows are at distance 0")
-    return csr_matrix((data, indices, indptr), shape=(n, n))
+def _lex_less(d1, a1, b1, d2, a2, b2):
+    """(d1, a1, b1) < (d2, a2, b2) lexicographically, elementwise: the strict total order on edges that makes the
+    MST unique and equal to the one Kruskal finds with a stable sort of the upper triangle."""
+    return (d1 < d2) | ((d1 == d2) & ((a1 < a2) | ((a1 == a2) & (b1 < b2))))
 
 
 def mst_edges(x: np.ndarray) -> np.ndarray:
-    """(N - 1, 2) edges (a, b), a < b, of the Euclidean MST of the rows of x, in scipy's row-major order."""
+    """(N - 1, 2) edges (a, b), a < b, of the Euclidean MST of the rows of x (all distinct), sorted by (a, b)."""
     x = np.asarray(x, dtype=np.float64)
-    if len(x) < 2:
-        raise ValueError(f"the MST needs at least 2 distinct covariates, got {len(x)}")
-    tree = minimum_spanning_tree(complete_graph(x)).tocoo()
-    order = np.lexsort((tree.col, tree.row))
-    edges = np.stack([tree.row[order], tree.col[order]], axis=1).astype(np.int64)
-    return np.sort(edges, axis=1)
+    n = len(x)
+    if n < 2:
+        raise ValueError(f"the MST needs at least 2 distinct covariates, got {n}")
+    columns = [np.ascontiguousarray(x[:, k]) for k in range(x.shape[1])]
+    rest = np.arange(1, n)  # outside the tree, with the shortest known edge into it: (rest[k], src[k]) of length best[k]
+    best = np.full(n - 1, np.inf)
+    src = np.full(n - 1, -1, dtype=np.int64)
+    edges = np.empty((n - 1, 2), dtype=np.int64)
+    new = 0
+    for step in range(n - 1):
+        # the distance row of the node just added, summed column by column: bit-equal to scipy's cdist, so ties
+        # are the same ties
+        d = np.zeros(len(rest))
+        for col in columns:
+            d += (col[rest] - col[new]) ** 2
+        d = np.sqrt(d)
+        if not (d > 0).all():  # each duplicate pair shows here when its first row joins the tree
+            raise ValueError("covariates must be distinct: two rows are at distance 0")
+        lo, hi = np.minimum(rest, new), np.maximum(rest, new)
+        better = _lex_less(d, lo, hi, best, np.minimum(rest, src), np.maximum(rest, src))
+        best, src = np.where(better, d, best), np.where(better, new, src)
+        ties = np.flatnonzero(best == best.min())
+        if len(ties) > 1:  # equal lengths: the smallest (a, b), as Kruskal takes them
+            ties = ties[np.lexsort((np.maximum(rest[ties], src[ties]), np.minimum(rest[ties], src[ties])))]
+        k = ties[0]
+        new = rest[k]
+        edges[step] = sorted((new, src[k]))
+        rest, best, src = np.delete(rest, k), np.delete(best, k), np.delete(src, k)
+    return edges[np.lexsort((edges[:, 1], edges[:, 0]))]
 
 
 def mst_neighbours(x: np.ndarray) -> np.ndarray:
