@@ -231,7 +231,7 @@ PAPERS: dict[str, Paper] = {
             modules=("zoo.gentle.GENTLEModule", "zoo.gentle.CWGANModule", "zoo.gentle.PooledMarginalModule"),
             datamodules=("datamodules.conditional.ConditionalDataModule",),
             configs=("gentle_toy1", "gentle_toy1_no_ot", "gentle_toy1_marginal", "gentle_toy1_cwgan", "gentle_cps",
-                     "gentle_cps_cwgan", "gentle_ecm"),
+                     "gentle_cps_cwgan", "gentle_ecm", "gentle_ecm_cwgan"),
             sweeps=("gentle_toy1", "gentle_toy1_confirm", "gentle_toy1_select",
                     "gentle_toy1_reconfirm", "gentle_toy1_long", "gentle_toy1_fresh", "gentle_toy1_sinkhorn",
                     "gentle_toy1_sinkhorn_fresh", "gentle_toy1_n1", "gentle_toy1_n1_fresh", "gentle_toy1_official",
