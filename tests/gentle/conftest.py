@@ -1,5 +1,9 @@
-"""Shared oracle helpers for the GENTLE tests."""
+"""Shared oracle helpers and data locations for the GENTLE tests."""
 
+import os
+from pathlib import Path
+
+import pytest
 import torch
 
 from zoo.gentle.entropic import semi_dual
@@ -33,3 +37,19 @@ def pot_kl_value(a, b, eps):
     w_b = torch.full((len(b),), 1 / len(b), dtype=torch.float64)
     C = (a[:, None] - b[None, :]) ** 2
     return ot.solve(C, w_a, w_b, reg=eps, reg_type="KL", grad="envelope", max_iter=20000, tol=1e-12).value
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"  # as tests/conftest.py
+
+
+@pytest.fixture
+def official_cps_dir() -> Path:
+    """The official LDW-CPS CSVs: GENTLE_CPS_DIR, then where configs/gentle_cps.yaml reads them (data/gentle/cps,
+    git-ignored), then the shared data; the test skips where none has them."""
+    candidates = [os.environ.get("GENTLE_CPS_DIR"), REPO_ROOT / "data" / "gentle" / "cps", SHARED_DATA / "gentle" / "cps"]
+    for c in candidates:
+        if c and (Path(c) / "train.csv").is_file():
+            return Path(c)
+    pytest.skip("the official LDW-CPS CSVs are not available (datasets/cps/*.csv of the official repository: put them in "
+                "data/gentle/cps, ../shared/data/gentle/cps or GENTLE_CPS_DIR)")

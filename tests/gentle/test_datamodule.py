@@ -1,6 +1,5 @@
 """ConditionalDataModule: the released CSV formats, training-set standardisation, balancing, and bad data."""
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +10,6 @@ import torch
 from datamodules.conditional import SCHEMAS, ConditionalDataModule
 from zoo.errors import ZooError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"  # as tests/conftest.py
 CPS_HEADER = "t,age,education,black,hispanic,married,nodegree,re74,re75,re78"
 
 
@@ -166,21 +163,8 @@ def test_negative_earnings_and_missing_files(tmp_path):
         ConditionalDataModule(dataset="toy1", balance=True)
 
 
-def cps_dir_or_skip(shared_root: Path | None) -> Path:
-    # GENTLE_CPS_DIR, then where configs/gentle_cps.yaml reads them (data/gentle/cps, git-ignored), then shared data
-    candidates = [os.environ.get("GENTLE_CPS_DIR"), str(REPO_ROOT / "data" / "gentle" / "cps")]
-    if shared_root is not None:
-        candidates.append(str(shared_root / "gentle" / "cps"))
-    for c in candidates:
-        if c and (Path(c) / "train.csv").is_file():
-            return Path(c)
-    pytest.skip("the official LDW-CPS CSVs are not available (datasets/cps/*.csv of the official repository: put them in "
-                "data/gentle/cps, ../shared/data/gentle/cps or GENTLE_CPS_DIR)")
-
-
-def test_real_cps_files_reproduce_the_checked_counts():
-    folder = cps_dir_or_skip(SHARED_DATA if SHARED_DATA.is_dir() else None)
-    dm = ConditionalDataModule(dataset="cps", source="local", data_dir=str(folder), balance=False)
+def test_real_cps_files_reproduce_the_checked_counts(official_cps_dir):
+    dm = ConditionalDataModule(dataset="cps", source="local", data_dir=str(official_cps_dir), balance=False)
     dm.setup("fit")
     assert (len(dm.frames["train"]), len(dm.train_x)) == (15_255, 13_745)
     assert (len(dm.frames["val"]), len(dm.eval_sets["val"])) == (488, 19)

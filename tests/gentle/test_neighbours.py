@@ -8,7 +8,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial.distance import cdist, pdist, squareform
 
-from tests.gentle.test_datamodule import cps_dir_or_skip
+from datamodules.conditional import ConditionalDataModule
 from zoo.gentle.neighbours import lipschitz_weights, mst_edges, mst_neighbours
 
 
@@ -65,12 +65,10 @@ def test_ties_break_as_scipys_kruskal(seed):
     np.testing.assert_array_equal(mst_edges(y), scipy_tree(y))
 
 
-def test_official_cps_covariates_give_scipys_tree():
+def test_official_cps_covariates_give_scipys_tree(official_cps_dir):
     # binary covariates (t, black, hispanic, married, nodegree): ties everywhere; the tree, and so every neighbour,
     # is the one scipy's Kruskal gives on the 8,927 balanced training covariates
-    from datamodules.conditional import ConditionalDataModule
-
-    dm = ConditionalDataModule(dataset="cps", source="local", data_dir=str(cps_dir_or_skip(None)), balance=True)
+    dm = ConditionalDataModule(dataset="cps", source="local", data_dir=str(official_cps_dir), balance=True)
     xs, _ = dm.train_groups()
     np.testing.assert_array_equal(mst_edges(xs), scipy_tree(xs))
 
