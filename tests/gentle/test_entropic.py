@@ -146,3 +146,38 @@ def test_the_ot_term_pulls_means_together_and_shrinks_spreads():
     rho = (math.sqrt(1 + 16 * s**4) - 1) / (4 * s**2)
     dv = (gaussian_entropic_ot(0, s + h, 0, s, EPS) - gaussian_entropic_ot(0, s - h, 0, s, EPS)) / (2 * h)
     assert dv == pytest.approx(2 * s * (1 - rho), rel=1e-6) and rho == pytest.approx(0.1231, abs=1e-4)
+
+
+
+def spread_objective(s, n=100):
+    """A one-covariate model of the generator's objective. The data are n Normal quantiles of std s (standardised),
+    F̂ is our KDE CDF of them (bandwidth 0.3), and the generator is T_σ(u) = σΦ⁻¹(u) at a covariate and at its
+    identical neighbour. Returns σ/s over [0, 1.3], L_fit(σ), and R + ε (our exact entropic OT between the two)."""
+    from scipy.stats import norm
+
+    from zoo.gentle.entropic import entropic_ot
+    from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
+
+    u = (np.arange(n) + 0.5) / n
+    q = norm.ppf(u)
+    ratios = np.linspace(0.0, 1.3, 66)
+    grid, cdf = (torch.tensor(a).expand(len(ratios), -1) for a in kde_cdf_table([s * q], 0.3))
+    t = torch.tensor(np.outer(ratios * s, q))
+    fit = ((torch.tensor(u) - interpolate_cdf(grid, cdf, t)) ** 2).mean(-1)
+    return ratios, fit.numpy(), entropic_ot(t, t, EPS, tol=1e-10, max_iter=5000).numpy()
+
+
+def test_where_the_ot_term_outweighs_the_fit_term_the_optimum_collapses():
+    """The card's toy2 analysis. Collapsing T to F̂'s median costs the fit term at most E(u - ½)² = 1/12, while the
+    OT term at ε = 1 gains λ(R + ε), which grows with the standardised spread s (the Gaussian closed form). At
+    toy2's s ≈ 0.97 the optimum collapses (spread ratio 0.16 at λ = 0.3, 0.36 at λ = 0.1; trained: 0.19, 0.36);
+    at toy1's s ≈ 0.24 it narrows only partly (0.64, 0.82); without the term the KDE target's width is kept."""
+    best = {}
+    for s in (0.24, 0.97):
+        ratios, fit, ot_value = spread_objective(s)
+        assert fit[0] == pytest.approx(1 / 12, abs=1e-3)
+        assert ot_value[np.isclose(ratios, 1.0)][0] == pytest.approx(gaussian_entropic_ot(0, s, 0, s, EPS), rel=0.03)
+        best.update({(s, lam): ratios[np.argmin(fit + lam * ot_value)] for lam in (0.0, 0.1, 0.3)})
+    assert 1.0 <= best[0.24, 0.0] <= 1.1 and 1.0 <= best[0.97, 0.0] <= 1.1  # the KDE widens by √(1 + 0.3²)
+    assert best[0.97, 0.3] < 0.25 < best[0.97, 0.1] < 0.5
+    assert 0.5 < best[0.24, 0.3] < 0.8 < best[0.24, 0.1] < 0.95
