@@ -6,8 +6,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy.stats import norm
 
-from zoo.gentle.entropic import c_transform, ground_cost, semi_dual
+from zoo.gentle.entropic import c_transform, entropic_ot, ground_cost, semi_dual
+from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 
 from .conftest import maximise_semi_dual
 
@@ -125,8 +127,6 @@ def gaussian_entropic_ot(m1, s1, m2, s2, eps):
 @pytest.mark.parametrize("m1, s1, m2, s2", [(0.0, 0.25, 0.3, 0.25), (0.0, 1.0, 0.5, 0.7)])
 def test_semi_dual_of_two_gaussians_is_the_closed_form(m1, s1, m2, s2):
     """400 Normal quantiles per side stand for the two Gaussians (the closed form is taken at their own std)."""
-    from scipy.stats import norm
-
     q = norm.ppf((np.arange(400) + 0.5) / 400)
     a, b = m1 + s1 * q, m2 + s2 * q
     dual, _ = maximise_semi_dual(a, b, EPS)
@@ -148,16 +148,10 @@ def test_the_ot_term_pulls_means_together_and_shrinks_spreads():
     assert dv == pytest.approx(2 * s * (1 - rho), rel=1e-6) and rho == pytest.approx(0.1231, abs=1e-4)
 
 
-
 def spread_objective(s, n=100):
     """A one-covariate model of the generator's objective. The data are n Normal quantiles of std s (standardised),
     F̂ is our KDE CDF of them (bandwidth 0.3), and the generator is T_σ(u) = σΦ⁻¹(u) at a covariate and at its
     identical neighbour. Returns σ/s over [0, 1.3], L_fit(σ), and R + ε (our exact entropic OT between the two)."""
-    from scipy.stats import norm
-
-    from zoo.gentle.entropic import entropic_ot
-    from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
-
     u = (np.arange(n) + 0.5) / n
     q = norm.ppf(u)
     ratios = np.linspace(0.0, 1.3, 66)
