@@ -53,3 +53,16 @@ def official_cps_dir() -> Path:
             return Path(c)
     pytest.skip("the official LDW-CPS CSVs are not available (datasets/cps/*.csv of the official repository: put them in "
                 "data/gentle/cps, ../shared/data/gentle/cps or GENTLE_CPS_DIR)")
+
+
+@pytest.fixture
+def official_cps_relation() -> Path:
+    """The official code's saved MST assignment on LDW-CPS (relation/cps_0.3.npy of the official repository):
+    GENTLE_RELATION_DIR, then data/gentle/relation (git-ignored), then the shared data; skips where none has it."""
+    candidates = [os.environ.get("GENTLE_RELATION_DIR"), REPO_ROOT / "data" / "gentle" / "relation",
+                  SHARED_DATA / "gentle" / "relation"]
+    for c in candidates:
+        if c and (Path(c) / "cps_0.3.npy").is_file():
+            return Path(c) / "cps_0.3.npy"
+    pytest.skip("the official relation/cps_0.3.npy is not available (put it in data/gentle/relation, "
+                "../shared/data/gentle/relation or GENTLE_RELATION_DIR)")

@@ -260,6 +260,57 @@ def test_lipschitz_power_weights_each_pair_by_its_inverse_distance():
     trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0).fit(model, datamodule=dm)
 
 
+def test_released_pairing_is_the_official_loops():
+    """pairing='released', cost='released': train_gentle.py as released. Its generator loop adds R_i (squared
+    cost) only for the covariates the official assignment leaves at -1, each against distinct_x[-1]; its potential
+    loop skips those and adds R_i (|a - b|) for the others against their assigned neighbour; both divide by the
+    batch size. Recomputed here covariate by covariate from the same draws."""
+    from zoo.gentle.entropic import semi_dual
+    from zoo.gentle.neighbours import official_relation
+
+    L.seed_everything(9, verbose=False)
+    model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=10, pairing="released", cost="released")
+    dm = tiny_data(n_train_covariates=40, batch_size=40)
+    dm.setup("fit")
+    model.build_tables(*dm.train_groups())
+    xs, n = model.train_x, 40
+    rel = official_relation(dm.train_groups()[0])
+    unset = torch.as_tensor(rel == -1)
+    assert 1 <= unset.sum() < n // 2
+    assert (model.neighbour == n - 1).all()
+
+    def official_loop(covariates, partners, cost):
+        torch.manual_seed(0)
+        with torch.no_grad():
+            a = model.T(torch.rand(n, 16), xs)
+            b = model.T(torch.rand(len(covariates), 16), xs[partners])
+            total = sum(semi_dual(a[i:i + 1], b[k:k + 1], model.v(b[k:k + 1], xs[partners[k]][None]), 1.0, cost)
+                        for k, i in enumerate(covariates))
+        return total.squeeze() / n
+
+    unset_idx = np.flatnonzero(rel == -1)
+    assigned = np.flatnonzero(rel != -1)
+    torch.manual_seed(0)
+    a = model.T(torch.rand(n, 16), xs)
+    generator = model.ot_term(a, xs[model.neighbour], weight=model.pair_weight)
+    torch.testing.assert_close(generator.detach(), official_loop(unset_idx, np.full(len(unset_idx), n - 1), "sqeuclidean"))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        a = model.T(torch.rand(n, 16), xs)
+    potential = model.ot_term(a, xs[model.potential_neighbour], through_generator=False,
+                              weight=model.potential_pair_weight)
+    torch.testing.assert_close(potential.detach(), official_loop(assigned, rel[assigned], "euclidean"))
+    # the generator's term does not reach the assigned covariates' samples at all
+    a = a.clone().requires_grad_()
+    model.ot_term(a, xs[model.neighbour], weight=model.pair_weight).backward()
+    assert a.grad[~unset].abs().max() == 0 and a.grad[unset].abs().max() > 0
+    trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0).fit(model, datamodule=dm)
+    with pytest.raises(ZooError, match="pairing='nearest': use 'neighbour'"):
+        GENTLEModule(pairing="nearest")
+    with pytest.raises(ZooError, match="weights no pair: set lipschitz_power: 0"):
+        GENTLEModule(pairing="released", lipschitz_power=1.0)
+
+
 def test_one_line_errors():
     with pytest.raises(ZooError, match="GENTLE beta=1.5 is not allowed: it must be in \\(0, 1\\]"):
         GENTLEModule(beta=1.5)

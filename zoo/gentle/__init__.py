@@ -1,8 +1,9 @@
 """GENTLE (Nguyen, Nguyen, Nguyen, Nguyen; ICML 2024): generative conditional distributions by neural entropic OT.
 
 Read top-down: `nets` (MLPM, both players), `kde` (the KDE CDFs F̂_i of the fit term), `neighbours` (MST partner
-j(i)), `entropic` (the semi-dual OT term R_i), `gda` (smoothed gradient descent-ascent), `metrics` (WD/KS),
-`simulators` (toy1, toy2, ECM), `baselines` (CWGAN networks), `module` (Lightning: GENTLE and baselines).
+j(i) and the official assignment), `entropic` (the semi-dual OT term R_i), `gda` (smoothed gradient
+descent-ascent), `metrics` (WD/KS), `simulators` (toy1, toy2, ECM), `baselines` (CWGAN networks), `module`
+(Lightning: GENTLE and baselines).
 """
 
 from zoo.gentle.entropic import c_transform, debiased_semi_dual, ground_cost, self_transport, semi_dual
@@ -10,7 +11,7 @@ from zoo.gentle.gda import make_anchors, proximal_penalty, smoothed_gda_step, up
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
 from zoo.gentle.module import ConditionalGeneratorModule, CWGANModule, GENTLEModule, PooledMarginalModule
-from zoo.gentle.neighbours import mst_edges, mst_neighbours
+from zoo.gentle.neighbours import mst_edges, mst_neighbours, official_relation
 from zoo.gentle.nets import MLPM
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "make_anchors",
     "mst_edges",
     "mst_neighbours",
+    "official_relation",
     "proximal_penalty",
     "self_transport",
     "semi_dual",

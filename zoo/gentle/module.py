@@ -24,7 +24,7 @@ from zoo.gentle.entropic import debiased_semi_dual, entropic_ot, semi_dual
 from zoo.gentle.gda import gradient_norms, make_anchors, proximal_penalty, smoothed_gda_step
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
-from zoo.gentle.neighbours import lipschitz_weights, mst_neighbours
+from zoo.gentle.neighbours import lipschitz_weights, neighbour_tables
 from zoo.gentle.nets import MLPM
 from zoo.hub import HubMixin
 
@@ -133,13 +133,20 @@ class GENTLEModule(ConditionalGeneratorModule):
             covariates so that λ keeps its scale. With R_i + ε ≈ W₂²(μ_i, μ_j), p = 2 makes the term a mean squared
             Lipschitz ratio (W₂ / ‖x_i - x_j‖)², a literal reading of the abstract's "penalizing the Lipschitz
             constant" (the paper's formula could not be read here; cards/gentle.md, toy1 sixth round).
+        pairing: which pairs enter the OT term. ``neighbour`` (default, the paper's): every covariate against its
+            MST neighbour j(i) in both players' steps. ``released``: the official `train_gentle.py` as released,
+            for comparison with its numbers. Its generator step takes R_i only where the official assignment
+            (`zoo.gentle.neighbours.official_relation`) leaves x_i unset, about 20% of the covariates, each against
+            the last distinct covariate; its potential step skips those and takes the other 80% against their
+            assigned neighbours (cards/gentle.md, "Choices and deviations").
         bandwidth: KDE ``bw_method`` factor for F̂_i (0.3).
         r1, r2: proximal weights of the generator and the potential (3.0, 2.0).
         beta, mu: anchor rates of the generator and the potential (0.5, 0.7).
         lr_mapping, lr_potential: Adam learning rates (1e-3 both).
         n_u: B, u-samples per covariate and step (official ``batch_size`` 500).
-        cost: ground cost of the OT term in both players' steps (see the card: the official generator step uses
-            the squared distance, its potential step the absolute one).
+        cost: ground cost of the OT term in both players' steps: ``sqeuclidean`` (default) or ``euclidean``.
+            ``released``: as the official code, the squared distance in the generator step and the absolute one in
+            the potential step (two different games; cards/gentle.md).
         n_eval_samples: draws per evaluation covariate for WD/KS (no official evaluation script; ours).
         log_grad_norms: diagnostic, ours (default False): log the generator's gradient norms of L_fit
             (``train/grad_fit``), of λR (``train/grad_ot``) and of the proximal term (``train/grad_prox`` =
@@ -155,6 +162,7 @@ class GENTLEModule(ConditionalGeneratorModule):
         debias: bool = False,
         ot_term: Literal["semidual", "sinkhorn"] = "semidual",
         lipschitz_power: float = 0.0,
+        pairing: Literal["neighbour", "released"] = "neighbour",
         bandwidth: float = 0.3,
         r1: float = 3.0,
         r2: float = 2.0,
@@ -163,7 +171,7 @@ class GENTLEModule(ConditionalGeneratorModule):
         lr_mapping: float = 1e-3,
         lr_potential: float = 1e-3,
         n_u: int = 500,
-        cost: Literal["sqeuclidean", "euclidean"] = "sqeuclidean",
+        cost: Literal["sqeuclidean", "euclidean", "released"] = "sqeuclidean",
         n_eval_samples: int = 1000,
         log_grad_norms: bool = False,
     ):
@@ -181,8 +189,13 @@ class GENTLEModule(ConditionalGeneratorModule):
         for name, flag in (("debias", debias), ("log_grad_norms", log_grad_norms)):
             if not isinstance(flag, bool):
                 raise ZooError(f"GENTLE {name}={flag!r}: use true or false")
-        if cost not in ("sqeuclidean", "euclidean"):
-            raise ZooError(f"GENTLE cost={cost!r}: use 'sqeuclidean' or 'euclidean'")
+        if cost not in ("sqeuclidean", "euclidean", "released"):
+            raise ZooError(f"GENTLE cost={cost!r}: use 'sqeuclidean', 'euclidean' or 'released'")
+        if pairing not in ("neighbour", "released"):
+            raise ZooError(f"GENTLE pairing={pairing!r}: use 'neighbour' (the paper's) or 'released' (the official code's)")
+        if pairing == "released" and lipschitz_power != 0:
+            raise ZooError("GENTLE pairing='released' reproduces the official code, which weights no pair: set "
+                           "lipschitz_power: 0")
         if ot_term not in ("semidual", "sinkhorn"):
             raise ZooError(f"GENTLE ot_term={ot_term!r}: use 'semidual' (the paper's) or 'sinkhorn' (exact, a diagnostic)")
         if ot_term == "sinkhorn" and debias:
@@ -204,16 +217,28 @@ class GENTLEModule(ConditionalGeneratorModule):
         are training data, rebuilt from the datamodule at every fit."""
         grid, cdf = kde_cdf_table(y_groups, self.hparams.bandwidth)
         try:
-            neighbours = mst_neighbours(x_distinct)
+            neighbours, official = neighbour_tables(x_distinct)
         except ValueError as e:
             raise ZooError(f"GENTLE neighbours: {e}") from e
         f32 = lambda a: torch.as_tensor(a, dtype=torch.float32, device=self.device)
         self.register_buffer("train_x", f32(x_distinct), persistent=False)
         self.register_buffer("cdf_grid", f32(grid), persistent=False)
         self.register_buffer("cdf_values", f32(cdf), persistent=False)
-        self.register_buffer("neighbour", torch.as_tensor(neighbours, device=self.device), persistent=False)
-        weights = lipschitz_weights(x_distinct, neighbours, self.hparams.lipschitz_power)
-        self.register_buffer("pair_weight", f32(weights), persistent=False)
+        if self.hparams.pairing == "released":
+            # train_gentle.py as released: the generator step takes R_i only where the official assignment left
+            # x_i unset (-1), against distinct_x[-1]; the potential step skips exactly those and takes the others
+            # against their assigned neighbour. Both sum over their covariates and divide by the batch size.
+            unset = official == -1
+            generator = (np.full(len(official), len(official) - 1), unset.astype(np.float64))
+            potential = (np.where(unset, neighbours, official), (~unset).astype(np.float64))
+        else:
+            generator = potential = (neighbours, lipschitz_weights(x_distinct, neighbours, self.hparams.lipschitz_power))
+        # the generator's pairs (j(i), weight) and the potential's
+        self.register_buffer("neighbour", torch.as_tensor(generator[0], device=self.device), persistent=False)
+        self.register_buffer("pair_weight", f32(generator[1]), persistent=False)
+        self.register_buffer("potential_neighbour", torch.as_tensor(potential[0], device=self.device),
+                             persistent=False)
+        self.register_buffer("potential_pair_weight", f32(potential[1]), persistent=False)
 
     # --------------------------------------------------------------------------------------- the players
     def T(self, u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -232,19 +257,29 @@ class GENTLEModule(ConditionalGeneratorModule):
 
     def ot_term(self, a: torch.Tensor, x_j: torch.Tensor, through_generator: bool = True,
                 weight: torch.Tensor | None = None) -> torch.Tensor:
-        """R = mean_i w_i R_i (w_i = 1 unless ``lipschitz_power`` > 0) for generated a = T(u, x_i) (n_cov, B)
-        against fresh draws b = T(u', x_j) at the neighbours. In the generator step the gradient reaches θ through
-        a, b and v's input b; in the potential step (``through_generator=False``) the draws are constants and only
-        v_φ is differentiated. With ``debias`` the self terms of the Sinkhorn divergence are subtracted; they depend
-        on θ only, so the potential's gradient is the same either way."""
+        """R = mean_i w_i R_i (w_i = 1 unless ``lipschitz_power`` > 0 or ``pairing`` is ``released``) for generated
+        a = T(u, x_i) (n_cov, B) against fresh draws b = T(u', x_j) at the partners. In the generator step the
+        gradient reaches θ through a, b and v's input b; in the potential step (``through_generator=False``) the
+        draws are constants and only v_φ is differentiated. With ``debias`` the self terms of the Sinkhorn divergence
+        are subtracted; they depend on θ only, so the potential's gradient is the same either way. Pairs of weight
+        0 are not computed (the released pairing leaves out about 80% of the generator's): the mean still divides
+        by all n_cov, as the official loops divide by the batch size."""
+        n = a.shape[0]
+        if weight is not None and not bool((weight != 0).all()):
+            keep = weight != 0
+            if not bool(keep.any()):
+                return a.sum() * 0.0  # no pair in this batch: a zero that keeps the graph
+            a, x_j, weight = a[keep], x_j[keep], weight[keep]
         with torch.set_grad_enabled(through_generator and torch.is_grad_enabled()):
             b = self.T(torch.rand_like(a), x_j)
         hp = self.hparams
+        # the released code's generator step uses the squared distance, its potential step |a - b|
+        cost = hp.cost if hp.cost != "released" else ("sqeuclidean" if through_generator else "euclidean")
         if hp.ot_term == "sinkhorn":  # exact W_ε(α_i, β_j) - ε, the same convention as the semi-dual's R
-            per_pair = entropic_ot(a, b, hp.epsilon, hp.cost) - hp.epsilon
+            per_pair = entropic_ot(a, b, hp.epsilon, cost) - hp.epsilon
         else:
-            per_pair = (debiased_semi_dual if hp.debias else semi_dual)(a, b, self.v(b, x_j), hp.epsilon, hp.cost)
-        return (per_pair if weight is None else per_pair * weight).mean()
+            per_pair = (debiased_semi_dual if hp.debias else semi_dual)(a, b, self.v(b, x_j), hp.epsilon, cost)
+        return (per_pair if weight is None else per_pair * weight).sum() / n
 
     # --------------------------------------------------------------------------------------- smoothed GDA
     def configure_optimizers(self):
@@ -286,7 +321,8 @@ class GENTLEModule(ConditionalGeneratorModule):
                 return torch.zeros((), device=self.device)
             with torch.no_grad():
                 a = self.T(torch.rand(len(idx), hp.n_u, device=self.device), x_i)
-            parts["reg"] = self.ot_term(a, x_j, through_generator=False, weight=w)
+            partner = self.train_x[self.potential_neighbour[idx]]  # x_j unless pairing is "released"
+            parts["reg"] = self.ot_term(a, partner, through_generator=False, weight=self.potential_pair_weight[idx])
             return hp.lambda_ot * parts["reg"]
 
         opt_t, opt_v = self.optimizers()

@@ -50,14 +50,26 @@ def mst_edges(x: np.ndarray) -> np.ndarray:
     return edges[np.lexsort((edges[:, 1], edges[:, 0]))]
 
 
-def mst_neighbours(x: np.ndarray) -> np.ndarray:
-    """(N,) index j(i) of an MST neighbour of every covariate.
+def official_relation(x: np.ndarray) -> np.ndarray:
+    """(N,) the official assignment on the MST, with -1 where it leaves a covariate unset.
 
-    The official rule: for each MST edge (a, b), rel[b] = a if rel[b] is unset, else rel[a] = b if rel[a] is unset.
-    A tree has N - 1 edges, so at least one node stays unset (officially -1; the generator step then pairs it with
-    the last covariate and the potential step skips it). Here a node left unset gets the MST neighbour nearest to
-    it, so every covariate takes part in the OT term.
+    For each MST edge (a, b), in (a, b) order: rel[b] = a if rel[b] is unset, else rel[a] = b if rel[a] is unset.
+    A tree has N - 1 edges, so at least one node stays unset, usually far more: 1,761 of the 8,927 covariates
+    (19.7%) in the official `relation/cps_0.3.npy`, 3,976 of 20,000 (19.9%) in `relation/cancer_0.3.npy`. The
+    released generator step pairs each unset node with the last covariate, and its potential step skips them
+    (``GENTLEModule(pairing="released")``).
     """
+    return neighbour_tables(x)[1]
+
+
+def mst_neighbours(x: np.ndarray) -> np.ndarray:
+    """(N,) index j(i) of an MST neighbour of every covariate: the official assignment, where a node it leaves
+    unset gets the MST neighbour nearest to it, so that every covariate takes part in the OT term."""
+    return neighbour_tables(x)[0]
+
+
+def neighbour_tables(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(`mst_neighbours`, `official_relation`) of the rows of x from one MST."""
     x = np.asarray(x, dtype=np.float64)
     edges = mst_edges(x)
     rel = np.full(len(x), -1, dtype=np.int64)
@@ -66,10 +78,11 @@ def mst_neighbours(x: np.ndarray) -> np.ndarray:
             rel[b] = a
         elif rel[a] == -1:
             rel[a] = b
+    neighbours = rel.copy()
     for i in np.flatnonzero(rel == -1):
         adjacent = np.concatenate([edges[edges[:, 0] == i, 1], edges[edges[:, 1] == i, 0]])
-        rel[i] = adjacent[np.argmin(np.linalg.norm(x[adjacent] - x[i], axis=1))]
-    return rel
+        neighbours[i] = adjacent[np.argmin(np.linalg.norm(x[adjacent] - x[i], axis=1))]
+    return neighbours, rel
 
 
 def lipschitz_weights(x: np.ndarray, neighbours: np.ndarray, power: float) -> np.ndarray:
