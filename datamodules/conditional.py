@@ -255,6 +255,8 @@ class ConditionalDataModule(L.LightningDataModule):
         self.x_mean, self.x_std = x.mean(0), x.std(0, ddof=1) + STD_EPS
         self.y_mean, self.y_std = y.mean(), y.std(ddof=1) + STD_EPS
         self.train_x, self.train_groups_raw = group_by_covariate(x, y)
+        # the official code's `grouped_by_x` keeps the distinct covariates in order of first appearance
+        self.train_order = np.argsort(np.unique(x, axis=0, return_index=True)[1], kind="stable")
         if len(self.train_x) < 2:
             raise ZooError(f"{hp.dataset} train: only {len(self.train_x)} distinct covariate(s); the neighbour "
                            "(MST) term needs at least 2")
@@ -293,6 +295,12 @@ class ConditionalDataModule(L.LightningDataModule):
         self.setup()
         xs = (self.train_x - self.x_mean) / self.x_std
         return xs, [(g - self.y_mean) / self.y_std for g in self.train_groups_raw]
+
+    def train_appearance_order(self) -> np.ndarray:
+        """(N,) indices into `train_groups`' covariates (lexicographic) in order of their first appearance in the
+        training frame, as the official code indexes them (GENTLE's ``pairing: released`` needs its last one)."""
+        self.setup()
+        return self.train_order
 
     def train_y(self) -> np.ndarray:
         """All training y's, standardised (the pooled marginal)."""

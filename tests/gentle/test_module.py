@@ -266,18 +266,20 @@ def test_released_pairing_is_the_official_loops():
     loop skips those and adds R_i (|a - b|) for the others against their assigned neighbour; both divide by the
     batch size. Recomputed here covariate by covariate from the same draws."""
     from zoo.gentle.entropic import semi_dual
-    from zoo.gentle.neighbours import official_relation
+    from zoo.gentle.neighbours import released_relation
 
     L.seed_everything(9, verbose=False)
     model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=10, pairing="released", cost="released")
     dm = tiny_data(n_train_covariates=40, batch_size=40)
     dm.setup("fit")
-    model.build_tables(*dm.train_groups())
+    order = dm.train_appearance_order()  # the simulator's draw order, not the lexicographic one
+    assert (order != np.arange(40)).any()
+    model.build_tables(*dm.train_groups(), order=order)
     xs, n = model.train_x, 40
-    rel = official_relation(dm.train_groups()[0])
+    rel, last = released_relation(dm.train_groups()[0], order)
     unset = torch.as_tensor(rel == -1)
-    assert 1 <= unset.sum() < n // 2
-    assert (model.neighbour == n - 1).all()
+    assert 1 <= unset.sum() < n // 2 and last == order[-1]
+    assert (model.neighbour == last).all()
 
     def official_loop(covariates, partners, cost):
         torch.manual_seed(0)
@@ -293,7 +295,7 @@ def test_released_pairing_is_the_official_loops():
     torch.manual_seed(0)
     a = model.T(torch.rand(n, 16), xs)
     generator = model.ot_term(a, xs[model.neighbour], weight=model.pair_weight)
-    torch.testing.assert_close(generator.detach(), official_loop(unset_idx, np.full(len(unset_idx), n - 1), "sqeuclidean"))
+    torch.testing.assert_close(generator.detach(), official_loop(unset_idx, np.full(len(unset_idx), last), "sqeuclidean"))
     torch.manual_seed(0)
     with torch.no_grad():
         a = model.T(torch.rand(n, 16), xs)

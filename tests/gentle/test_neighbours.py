@@ -9,7 +9,7 @@ from scipy.sparse.csgraph import minimum_spanning_tree
 from scipy.spatial.distance import cdist, pdist, squareform
 
 from datamodules.conditional import ConditionalDataModule
-from zoo.gentle.neighbours import lipschitz_weights, mst_edges, mst_neighbours, official_relation
+from zoo.gentle.neighbours import lipschitz_weights, mst_edges, mst_neighbours, official_relation, released_relation
 
 
 def nx_tree(x):
@@ -65,19 +65,33 @@ def test_official_relation_is_the_rule_on_the_sorted_tree_edges():
     assert all(tree.has_edge(int(i), int(neighbours[i])) for i in np.flatnonzero(unset))
 
 
+def test_released_relation_indexes_by_the_files_order():
+    # the path of test_official_assignment_rule_on_a_path, indexed as given: edges (0,1), (1,2), (2,3) leave node 0
+    # unset, and the last covariate is 3
+    x = np.array([[0.0], [1.0], [2.1], [3.3]])
+    rel, last = released_relation(x)
+    assert rel.tolist() == official_relation(x).tolist() == [-1, 0, 1, 2] and last == 3
+    # first seen in the file in reverse: official index k is our 3 - k, so its edges (0,1), (1,2), (2,3) are our
+    # (3,2), (2,1), (1,0); node 3 stays unset and the last covariate is our 0
+    rel, last = released_relation(x, order=np.array([3, 2, 1, 0]))
+    assert rel.tolist() == [1, 2, 3, -1] and last == 0
+
+
 def test_official_relation_matches_the_official_cps_file(official_cps_dir, official_cps_relation):
-    """The official repository saved its assignment on the 8,927 balanced CPS covariates (in their order of first
-    appearance): 1,761 of them unset (-1). Ours, on the same covariates in the same order, agrees on 98.9% of
-    them; the rest are ties between equal edge lengths (binary columns), which igraph's Prim and the float32
-    standardisation of ds-wgan's DataWrapper break differently. A wrong rule or edge order agrees on 33-80%."""
+    """The official repository saved its assignment on the 8,927 balanced CPS covariates, indexed in order of first
+    appearance: 1,761 of them unset (-1). Ours, through the datamodule's covariates and their order of appearance,
+    agrees on 98.9% of them; the rest are ties between equal edge lengths (binary columns), which igraph's Prim and
+    the float32 standardisation of ds-wgan's DataWrapper break differently. A wrong rule or edge order agrees on
+    33-80%, the lexicographic order on 3%."""
     dm = ConditionalDataModule(dataset="cps", source="local", data_dir=str(official_cps_dir), balance=True)
-    dm.setup()
-    x = dm.frames["train"][list(dm.schema.x)].to_numpy()
-    _, first = np.unique(x, axis=0, return_index=True)
-    distinct = x[np.sort(first)]  # the official `grouped_by_x` order
-    ours = official_relation((distinct - x.mean(0)) / x.std(0, ddof=1))
-    theirs = np.load(official_cps_relation, allow_pickle=False)
-    assert len(theirs) == len(ours) == 8927
+    xs, _ = dm.train_groups()
+    order = dm.train_appearance_order()
+    rel, last = released_relation(xs, order)
+    theirs = np.load(official_cps_relation, allow_pickle=False)  # in the official indexing: ours is order[k]
+    assert len(theirs) == len(rel) == 8927 and last == order[-1]
+    ours = np.full(len(theirs), -1)
+    assigned = rel[order] != -1
+    ours[assigned] = np.argsort(order)[rel[order][assigned]]  # back to the official indexing
     assert (ours == theirs).mean() > 0.98
     assert abs((ours == -1).sum() - (theirs == -1).sum()) < 0.02 * (theirs == -1).sum()
 

@@ -24,7 +24,7 @@ from zoo.gentle.entropic import debiased_semi_dual, entropic_ot, semi_dual
 from zoo.gentle.gda import gradient_norms, make_anchors, proximal_penalty, smoothed_gda_step
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
-from zoo.gentle.neighbours import lipschitz_weights, neighbour_tables
+from zoo.gentle.neighbours import lipschitz_weights, mst_neighbours, released_relation
 from zoo.gentle.nets import MLPM
 from zoo.hub import HubMixin
 
@@ -136,9 +136,10 @@ class GENTLEModule(ConditionalGeneratorModule):
         pairing: which pairs enter the OT term. ``neighbour`` (default, the paper's): every covariate against its
             MST neighbour j(i) in both players' steps. ``released``: the official `train_gentle.py` as released,
             for comparison with its numbers. Its generator step takes R_i only where the official assignment
-            (`zoo.gentle.neighbours.official_relation`) leaves x_i unset, about 20% of the covariates, each against
-            the last distinct covariate; its potential step skips those and takes the other 80% against their
-            assigned neighbours (cards/gentle.md, "Choices and deviations").
+            (`zoo.gentle.neighbours.released_relation`) leaves x_i unset, about 20% of the covariates, each
+            against the last distinct covariate; its potential step skips those and takes the other 80% against
+            their assigned neighbours. Both index the covariates in order of first appearance in the training file,
+            as the official code does (cards/gentle.md, "Choices and deviations").
         bandwidth: KDE ``bw_method`` factor for F̂_i (0.3).
         r1, r2: proximal weights of the generator and the potential (3.0, 2.0).
         beta, mu: anchor rates of the generator and the potential (0.5, 0.7).
@@ -210,29 +211,33 @@ class GENTLEModule(ConditionalGeneratorModule):
         super().setup(stage)
         dm = self._datamodule()
         if stage == "fit" and dm is not None:
-            self.build_tables(*dm.train_groups())
+            self.build_tables(*dm.train_groups(), order=dm.train_appearance_order())
 
-    def build_tables(self, x_distinct: np.ndarray, y_groups: list[np.ndarray]) -> None:
+    def build_tables(self, x_distinct: np.ndarray, y_groups: list[np.ndarray], order: np.ndarray | None = None) -> None:
         """F̂_i tables and MST neighbours of the distinct training covariates (standardised). Not persistent: they
-        are training data, rebuilt from the datamodule at every fit."""
+        are training data, rebuilt from the datamodule at every fit. ``order``: the covariates' order of first
+        appearance in the training file (default: as given), which the released pairing indexes by."""
         grid, cdf = kde_cdf_table(y_groups, self.hparams.bandwidth)
         try:
-            neighbours, official = neighbour_tables(x_distinct)
+            if self.hparams.pairing == "released":
+                # train_gentle.py as released: the generator step takes R_i only where the official assignment left
+                # x_i unset (-1), against distinct_x[-1]; the potential step skips exactly those and takes the
+                # others against their assigned neighbour. Both sum over their covariates and divide by the batch
+                # size (the zero weights below; the potential's partner of an unset node is a placeholder).
+                official, last = released_relation(x_distinct, order)
+                unset = official == -1
+                generator = (np.full(len(official), last), unset.astype(np.float64))
+                potential = (np.where(unset, last, official), (~unset).astype(np.float64))
+            else:
+                neighbours = mst_neighbours(x_distinct)
+                weights = lipschitz_weights(x_distinct, neighbours, self.hparams.lipschitz_power)
+                generator = potential = (neighbours, weights)
         except ValueError as e:
             raise ZooError(f"GENTLE neighbours: {e}") from e
         f32 = lambda a: torch.as_tensor(a, dtype=torch.float32, device=self.device)
         self.register_buffer("train_x", f32(x_distinct), persistent=False)
         self.register_buffer("cdf_grid", f32(grid), persistent=False)
         self.register_buffer("cdf_values", f32(cdf), persistent=False)
-        if self.hparams.pairing == "released":
-            # train_gentle.py as released: the generator step takes R_i only where the official assignment left
-            # x_i unset (-1), against distinct_x[-1]; the potential step skips exactly those and takes the others
-            # against their assigned neighbour. Both sum over their covariates and divide by the batch size.
-            unset = official == -1
-            generator = (np.full(len(official), len(official) - 1), unset.astype(np.float64))
-            potential = (np.where(unset, neighbours, official), (~unset).astype(np.float64))
-        else:
-            generator = potential = (neighbours, lipschitz_weights(x_distinct, neighbours, self.hparams.lipschitz_power))
         # the generator's pairs (j(i), weight) and the potential's
         self.register_buffer("neighbour", torch.as_tensor(generator[0], device=self.device), persistent=False)
         self.register_buffer("pair_weight", f32(generator[1]), persistent=False)

@@ -62,6 +62,22 @@ def official_relation(x: np.ndarray) -> np.ndarray:
     return neighbour_tables(x)[1]
 
 
+def released_relation(x: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """The released code's pairs: (`official_relation` with the rows of x indexed in ``order``, mapped back to x's
+    indexing, -1 where unset; the index in x of ``distinct_x[-1]``, the partner of every unset node).
+
+    The official code indexes its distinct covariates in order of first appearance in the training file. The
+    assignment takes the tree's edges in (a, b) order of those indices, and the last index is the unset nodes'
+    partner, so both depend on the order (default: x's own).
+    """
+    order = np.arange(len(x)) if order is None else np.asarray(order)
+    in_order = official_relation(np.asarray(x)[order])
+    rel = np.full(len(order), -1, dtype=np.int64)
+    assigned = in_order != -1
+    rel[order[assigned]] = order[in_order[assigned]]
+    return rel, int(order[-1])
+
+
 def mst_neighbours(x: np.ndarray) -> np.ndarray:
     """(N,) index j(i) of an MST neighbour of every covariate: the official assignment, where a node it leaves
     unset gets the MST neighbour nearest to it, so that every covariate takes part in the OT term."""
