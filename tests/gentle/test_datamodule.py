@@ -96,6 +96,21 @@ def test_ecm_and_toy_files_in_their_released_format(tmp_path):
     assert dm.train_x.tolist() == [[0, 0, 0], [1, -1, 0.5], [2, -2, 1.0]]
 
 
+def test_appearance_order_is_the_files_order_of_first_sight(tmp_path):
+    # the official code keeps its distinct covariates in the order the training file first shows them; ours are
+    # lexicographic, and train_appearance_order maps one to the other
+    toy = tmp_path / "toy1"
+    toy.mkdir()
+    rows = {"train": [(2, 5), (0, 1), (2, 6), (1, 2), (0, 3)]}  # (covariate c, y): first sight 2, 0, 1
+    rows["val"] = rows["test"] = [(c, v) for c in range(2) for v in range(30)]
+    for split, pairs in rows.items():
+        (toy / f"{split}.csv").write_text("x1,x2,x3,y\n" + "\n".join(f"{c},0,0,{v}" for c, v in pairs) + "\n")
+    dm = ConditionalDataModule(dataset="toy1", source="local", data_dir=str(toy))
+    assert dm.train_appearance_order().tolist() == [2, 0, 1]
+    xs, groups = dm.train_groups()
+    assert np.argsort(xs[:, 0]).tolist() == [0, 1, 2] and [len(g) for g in groups] == [2, 1, 2]
+
+
 @pytest.mark.parametrize("dataset", ["toy1", "toy2", "ecm", "cps"])
 def test_embedded_sources_are_seeded_and_batch_both_ways(dataset):
     kw = {"dataset": dataset, "source": "embedded", "n_train_covariates": 10, "n_train_samples": 3,
