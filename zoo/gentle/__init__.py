@@ -11,7 +11,7 @@ from zoo.gentle.gda import make_anchors, proximal_penalty, smoothed_gda_step, up
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
 from zoo.gentle.module import ConditionalGeneratorModule, CWGANModule, GENTLEModule, PooledMarginalModule
-from zoo.gentle.neighbours import mst_edges, mst_neighbours, official_relation
+from zoo.gentle.neighbours import mst_edges, mst_neighbours, official_relation, released_relation
 from zoo.gentle.nets import MLPM
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "mst_neighbours",
     "official_relation",
     "proximal_penalty",
+    "released_relation",
     "self_transport",
     "semi_dual",
     "smoothed_gda_step",
