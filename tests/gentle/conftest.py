@@ -55,14 +55,28 @@ def official_cps_dir() -> Path:
                 "data/gentle/cps, ../shared/data/gentle/cps or GENTLE_CPS_DIR)")
 
 
+def official_file(env: str, folder: str, name: str, what: str) -> Path:
+    """An official file: $env, then data/gentle/<folder> (git-ignored), then the shared data; skips where none
+    has it."""
+    for c in (os.environ.get(env), REPO_ROOT / "data" / "gentle" / folder, SHARED_DATA / "gentle" / folder):
+        if c and (Path(c) / name).is_file():
+            return Path(c) / name
+    pytest.skip(f"{what} is not available (put {name} in data/gentle/{folder}, ../shared/data/gentle/{folder} or {env})")
+
+
 @pytest.fixture
 def official_cps_relation() -> Path:
-    """The official code's saved MST assignment on LDW-CPS (relation/cps_0.3.npy of the official repository):
-    GENTLE_RELATION_DIR, then data/gentle/relation (git-ignored), then the shared data; skips where none has it."""
-    candidates = [os.environ.get("GENTLE_RELATION_DIR"), REPO_ROOT / "data" / "gentle" / "relation",
-                  SHARED_DATA / "gentle" / "relation"]
-    for c in candidates:
-        if c and (Path(c) / "cps_0.3.npy").is_file():
-            return Path(c) / "cps_0.3.npy"
-    pytest.skip("the official relation/cps_0.3.npy is not available (put it in data/gentle/relation, "
-                "../shared/data/gentle/relation or GENTLE_RELATION_DIR)")
+    """The official code's saved MST assignment on LDW-CPS (relation/cps_0.3.npy of the official repository)."""
+    return official_file("GENTLE_RELATION_DIR", "relation", "cps_0.3.npy", "the official relation/cps_0.3.npy")
+
+
+@pytest.fixture
+def official_ecm_relation() -> Path:
+    """The same on the official ECM training file (relation/cancer_0.3.npy)."""
+    return official_file("GENTLE_RELATION_DIR", "relation", "cancer_0.3.npy", "the official relation/cancer_0.3.npy")
+
+
+@pytest.fixture
+def official_ecm_train() -> Path:
+    """The official ECM training file (datasets/cancer/train.csv of the official repository)."""
+    return official_file("GENTLE_ECM_DIR", "ecm", "train.csv", "the official datasets/cancer/train.csv")
