@@ -111,13 +111,14 @@ def _as_list(batch):
     return list(batch)
 
 
-def group_by_covariate(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(distinct covariates (N, d), [y's of each]) in lexicographic covariate order."""
-    distinct, inverse = np.unique(x, axis=0, return_inverse=True)
+def group_by_covariate(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """(distinct covariates (N, d), [y's of each]) in lexicographic covariate order, and (N,) the indices of the
+    distinct covariates in order of their first appearance in x (the official code's `grouped_by_x` order)."""
+    distinct, first, inverse = np.unique(x, axis=0, return_index=True, return_inverse=True)
     inverse = inverse.ravel()
     order = np.argsort(inverse, kind="stable")
     bounds = np.cumsum(np.bincount(inverse, minlength=len(distinct)))[:-1]
-    return distinct, np.split(y[order], bounds)
+    return distinct, np.split(y[order], bounds), np.argsort(first, kind="stable")
 
 
 class ConditionalDataModule(L.LightningDataModule):
@@ -254,9 +255,7 @@ class ConditionalDataModule(L.LightningDataModule):
         x, y = train[list(self.schema.x)].to_numpy(), train[self.schema.y].to_numpy()
         self.x_mean, self.x_std = x.mean(0), x.std(0, ddof=1) + STD_EPS
         self.y_mean, self.y_std = y.mean(), y.std(ddof=1) + STD_EPS
-        self.train_x, self.train_groups_raw = group_by_covariate(x, y)
-        # the official code's `grouped_by_x` keeps the distinct covariates in order of first appearance
-        self.train_order = np.argsort(np.unique(x, axis=0, return_index=True)[1], kind="stable")
+        self.train_x, self.train_groups_raw, self.train_order = group_by_covariate(x, y)
         if len(self.train_x) < 2:
             raise ZooError(f"{hp.dataset} train: only {len(self.train_x)} distinct covariate(s); the neighbour "
                            "(MST) term needs at least 2")
@@ -272,7 +271,7 @@ class ConditionalDataModule(L.LightningDataModule):
 
     def _eval_groups(self, split: str) -> EvalGroups:
         df = self.frames[split]
-        x, groups = group_by_covariate(df[list(self.schema.x)].to_numpy(), df[self.schema.y].to_numpy())
+        x, groups, _ = group_by_covariate(df[list(self.schema.x)].to_numpy(), df[self.schema.y].to_numpy())
         sizes = np.array([len(g) for g in groups])
         small = np.flatnonzero(sizes < self.hparams.min_eval_samples)
         if small.size:

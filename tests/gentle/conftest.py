@@ -43,18 +43,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"  # as tests/conftest.py
 
 
-@pytest.fixture
-def official_cps_dir() -> Path:
-    """The official LDW-CPS CSVs: GENTLE_CPS_DIR, then where configs/gentle_cps.yaml reads them (data/gentle/cps,
-    git-ignored), then the shared data; the test skips where none has them."""
-    candidates = [os.environ.get("GENTLE_CPS_DIR"), REPO_ROOT / "data" / "gentle" / "cps", SHARED_DATA / "gentle" / "cps"]
-    for c in candidates:
-        if c and (Path(c) / "train.csv").is_file():
-            return Path(c)
-    pytest.skip("the official LDW-CPS CSVs are not available (datasets/cps/*.csv of the official repository: put them in "
-                "data/gentle/cps, ../shared/data/gentle/cps or GENTLE_CPS_DIR)")
-
-
 def official_file(env: str, folder: str, name: str, what: str) -> Path:
     """An official file: $env, then data/gentle/<folder> (git-ignored), then the shared data; skips where none
     has it."""
@@ -62,6 +50,12 @@ def official_file(env: str, folder: str, name: str, what: str) -> Path:
         if c and (Path(c) / name).is_file():
             return Path(c) / name
     pytest.skip(f"{what} is not available (put {name} in data/gentle/{folder}, ../shared/data/gentle/{folder} or {env})")
+
+
+@pytest.fixture
+def official_cps_dir() -> Path:
+    """The official LDW-CPS CSVs (datasets/cps/*.csv), where configs/gentle_cps.yaml reads them."""
+    return official_file("GENTLE_CPS_DIR", "cps", "train.csv", "the official LDW-CPS CSVs (datasets/cps/*.csv)").parent
 
 
 @pytest.fixture

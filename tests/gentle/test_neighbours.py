@@ -77,6 +77,14 @@ def test_released_relation_indexes_by_the_files_order():
     assert rel.tolist() == [1, 2, 3, -1] and last == 0
 
 
+def to_official_indexing(rel, order):
+    """Our assignment (lexicographic indices) in the official indexing, where our covariate order[k] is k."""
+    out = np.full(len(rel), -1)
+    assigned = rel[order] != -1
+    out[assigned] = np.argsort(order)[rel[order][assigned]]
+    return out
+
+
 def test_official_relation_matches_the_official_cps_file(official_cps_dir, official_cps_relation):
     """The official repository saved its assignment on the 8,927 balanced CPS covariates, indexed in order of first
     appearance: 1,761 of them unset (-1). Ours, through the datamodule's covariates and their order of appearance,
@@ -94,14 +102,6 @@ def test_official_relation_matches_the_official_cps_file(official_cps_dir, offic
     assert abs((ours == -1).sum() - (theirs == -1).sum()) < 0.02 * (theirs == -1).sum()
 
 
-def to_official_indexing(rel, order):
-    """Our assignment (lexicographic indices) in the official indexing, where our covariate order[k] is k."""
-    out = np.full(len(rel), -1)
-    assigned = rel[order] != -1
-    out[assigned] = np.argsort(order)[rel[order][assigned]]
-    return out
-
-
 def test_released_relation_matches_the_official_ecm_file(official_ecm_train, official_ecm_relation):
     """On the official ECM training file (20,000 continuous covariates, no ties) the official repository saved its
     assignment too: 3,976 unset. Ours, on the covariates standardised as the datamodule does and indexed in order of
@@ -109,8 +109,7 @@ def test_released_relation_matches_the_official_ecm_file(official_ecm_train, off
     import pandas as pd
 
     x = pd.read_csv(official_ecm_train)[list(SCHEMAS["ecm"].x)].to_numpy()
-    distinct, _ = group_by_covariate(x, np.zeros(len(x)))
-    order = np.argsort(np.unique(x, axis=0, return_index=True)[1], kind="stable")
+    distinct, _, order = group_by_covariate(x, np.zeros(len(x)))  # the datamodule's grouping and order
     rel, last = released_relation((distinct - x.mean(0)) / (x.std(0, ddof=1) + STD_EPS), order)
     theirs = np.load(official_ecm_relation, allow_pickle=False)
     ours = to_official_indexing(rel, order)

@@ -267,10 +267,10 @@ class GENTLEModule(ConditionalGeneratorModule):
         gradient reaches θ through a, b and v's input b; in the potential step (``through_generator=False``) the
         draws are constants and only v_φ is differentiated. With ``debias`` the self terms of the Sinkhorn divergence
         are subtracted; they depend on θ only, so the potential's gradient is the same either way. Pairs of weight
-        0 are not computed (the released pairing leaves out about 80% of the generator's): the mean still divides
-        by all n_cov, as the official loops divide by the batch size."""
+        0 (only the released pairing has them: it leaves out about 80% of the generator's) are not computed: the
+        mean still divides by all n_cov, as the official loops divide by the batch size."""
         n = a.shape[0]
-        if weight is not None and not bool((weight != 0).all()):
+        if weight is not None and self.hparams.pairing == "released":  # the other pairings weight no pair 0: no sync
             keep = weight != 0
             if not bool(keep.any()):
                 return a.sum() * 0.0  # no pair in this batch: a zero that keeps the graph

@@ -59,7 +59,17 @@ def official_relation(x: np.ndarray) -> np.ndarray:
     released generator step pairs each unset node with the last covariate, and its potential step skips them
     (``GENTLEModule(pairing="released")``).
     """
-    return neighbour_tables(x)[1]
+    return _assign(mst_edges(x), len(x))
+
+
+def _assign(edges: np.ndarray, n: int) -> np.ndarray:
+    rel = np.full(n, -1, dtype=np.int64)
+    for a, b in edges:
+        if rel[b] == -1:
+            rel[b] = a
+        elif rel[a] == -1:
+            rel[a] = b
+    return rel
 
 
 def released_relation(x: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, int]:
@@ -81,24 +91,13 @@ def released_relation(x: np.ndarray, order: np.ndarray | None = None) -> tuple[n
 def mst_neighbours(x: np.ndarray) -> np.ndarray:
     """(N,) index j(i) of an MST neighbour of every covariate: the official assignment, where a node it leaves
     unset gets the MST neighbour nearest to it, so that every covariate takes part in the OT term."""
-    return neighbour_tables(x)[0]
-
-
-def neighbour_tables(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(`mst_neighbours`, `official_relation`) of the rows of x from one MST."""
     x = np.asarray(x, dtype=np.float64)
     edges = mst_edges(x)
-    rel = np.full(len(x), -1, dtype=np.int64)
-    for a, b in edges:
-        if rel[b] == -1:
-            rel[b] = a
-        elif rel[a] == -1:
-            rel[a] = b
-    neighbours = rel.copy()
+    rel = _assign(edges, len(x))
     for i in np.flatnonzero(rel == -1):
         adjacent = np.concatenate([edges[edges[:, 0] == i, 1], edges[edges[:, 1] == i, 0]])
-        neighbours[i] = adjacent[np.argmin(np.linalg.norm(x[adjacent] - x[i], axis=1))]
-    return neighbours, rel
+        rel[i] = adjacent[np.argmin(np.linalg.norm(x[adjacent] - x[i], axis=1))]
+    return rel
 
 
 def lipschitz_weights(x: np.ndarray, neighbours: np.ndarray, power: float) -> np.ndarray:
