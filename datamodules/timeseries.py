@@ -15,7 +15,7 @@ Sources are explicit (``source``) and logged, never a silent fallback:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import lightning.pytorch as L
 import numpy as np
@@ -100,7 +100,32 @@ class WindowDataset(Dataset):
         return item
 
 
-class ETTh1DataModule(L.LightningDataModule):
+class _WindowSets(L.LightningDataModule):
+    """What the four MOMENT datamodules share: `self.sets` by split, a shuffled (resumable) training loader and
+    plain evaluation loaders. `EVAL_SPLITS` names the split each evaluation stage reads: a family without a
+    validation part of its own validates on another."""
+
+    EVAL_SPLITS: ClassVar[dict[str, str]] = {"val": "val", "test": "test", "predict": "test"}
+
+    def train_dataloader(self):
+        return train_loader(self.sets["train"], self.hparams.batch_size, shuffle=True,
+                            num_workers=self.hparams.num_workers)
+
+    def _eval(self, stage: str) -> DataLoader:
+        return DataLoader(self.sets[self.EVAL_SPLITS[stage]], batch_size=self.hparams.eval_batch_size,
+                          num_workers=self.hparams.num_workers)
+
+    def val_dataloader(self):
+        return self._eval("val")
+
+    def test_dataloader(self):
+        return self._eval("test")
+
+    def predict_dataloader(self):
+        return self._eval("predict")
+
+
+class ETTh1DataModule(_WindowSets):
     """ETTh1 windows as the official ``InformerDataset``: train rows [0, 8640), test rows [11008, 14400) =
     2,880 rows plus the 512 before them, a ``StandardScaler`` fit on the training rows. The validation rows are
     the standard Informer border [8128, 11520) (the tutorial does not validate).
@@ -163,22 +188,6 @@ class ETTh1DataModule(L.LightningDataModule):
                        f"{len(self.sets['train'])}/{len(self.sets['val'])}/{len(self.sets['test'])}, scaler fit on "
                        f"the first {tr} rows")
 
-    def train_dataloader(self):
-        return train_loader(self.sets["train"], self.hparams.batch_size, shuffle=True,
-                            num_workers=self.hparams.num_workers)
-
-    def _eval(self, split: str) -> DataLoader:
-        return DataLoader(self.sets[split], batch_size=self.hparams.eval_batch_size, num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self):
-        return self._eval("val")
-
-    def test_dataloader(self):
-        return self._eval("test")
-
-    def predict_dataloader(self):
-        return self._eval("test")
-
     def card_metadata(self) -> dict:
         if self.hparams.source == "local":
             return {"datasets": ["ETTh1"], "data_source": f"ETTh1.csv ({self.hparams.task}, local file)"}
@@ -227,7 +236,7 @@ def per_timestep_scale(data: TSData) -> list[np.ndarray]:
     return list(StandardScaler().fit_transform(x.reshape(-1, length)).reshape(n, c, length))
 
 
-class UCRClassificationDataModule(L.LightningDataModule):
+class UCRClassificationDataModule(_WindowSets):
     """UCR/UEA classification sets from ``.ts`` files, left-padded to 512 steps.
 
     Args:
@@ -309,22 +318,6 @@ class UCRClassificationDataModule(L.LightningDataModule):
     def num_class(self) -> int:
         return len(self.classes)
 
-    def train_dataloader(self):
-        return train_loader(self.sets["train"], self.hparams.batch_size, shuffle=True,
-                            num_workers=self.hparams.num_workers)
-
-    def _eval(self, split: str) -> DataLoader:
-        return DataLoader(self.sets[split], batch_size=self.hparams.eval_batch_size, num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self):
-        return self._eval("val")
-
-    def test_dataloader(self):
-        return self._eval("test")
-
-    def predict_dataloader(self):
-        return self._eval("test")
-
     def card_metadata(self) -> dict:
         hp = self.hparams
         if hp.source == "embedded":
@@ -373,7 +366,7 @@ class AnomalyWindows(Dataset):
                 "labels": torch.as_tensor(lab, dtype=torch.long), "start": start, "length": self.length}
 
 
-class UCRAnomalyDataModule(L.LightningDataModule):
+class UCRAnomalyDataModule(_WindowSets):
     """A UCR anomaly series: a scaler fit on the (normal) training part, windows of 512 over the training part
     (for fine-tuning) and over the test part (scored: reconstruction error, adjusted best F1).
 
@@ -382,6 +375,9 @@ class UCRAnomalyDataModule(L.LightningDataModule):
             ``dataset``, KDD-TSAD_135) or ``embedded`` (a seeded series with one anomaly).
         train_stride: step between training windows (official anomaly loader: 512).
     """
+
+    # the series' test part is all that is scored
+    EVAL_SPLITS: ClassVar[dict[str, str]] = {"val": "test", "test": "test", "predict": "test"}
 
     def __init__(self, source: Literal["local", "aeon", "embedded"] = "local", path: str | None = None,
                  dataset: str = "KDD-TSAD_135", train_stride: int = SEQ_LEN, batch_size: int = 64,
@@ -424,19 +420,6 @@ class UCRAnomalyDataModule(L.LightningDataModule):
                        f"points, train part {k}, {int(series.labels[k:].sum())} anomalous test points, "
                        f"{len(self.sets['test'])} test windows")
 
-    def train_dataloader(self):
-        return train_loader(self.sets["train"], self.hparams.batch_size, shuffle=True,
-                            num_workers=self.hparams.num_workers)
-
-    def _eval(self, split: str) -> DataLoader:
-        return DataLoader(self.sets[split], batch_size=self.hparams.eval_batch_size, num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self):
-        return self._eval("test")
-
-    def test_dataloader(self):
-        return self._eval("test")
-
     def card_metadata(self) -> dict:
         hp = self.hparams
         if hp.source == "embedded":
@@ -446,7 +429,7 @@ class UCRAnomalyDataModule(L.LightningDataModule):
 
 
 # ================================================================================================ pre-training
-class PretrainingDataModule(L.LightningDataModule):
+class PretrainingDataModule(_WindowSets):
     """A small, offline stand-in for the Time Series Pile: univariate 512-step windows (channels split, short
     series left-padded, long ones cut into windows of 512) from the *training* parts of bundled and embedded
     series, so that the evaluation splits stay unseen.
@@ -456,6 +439,9 @@ class PretrainingDataModule(L.LightningDataModule):
             ``embedded:ett``, ``embedded:classification``, ``embedded:anomaly``.
         val_fraction: windows held out for validation (seeded).
     """
+
+    # the held-out pre-training windows are the only evaluation split
+    EVAL_SPLITS: ClassVar[dict[str, str]] = {"val": "val", "test": "val", "predict": "val"}
 
     def __init__(self, sources: list[str] = ("embedded:ett", "embedded:classification", "embedded:anomaly"),
                  val_fraction: float = 0.1, batch_size: int = 64, eval_batch_size: int = 64, seed: int = 0,
@@ -527,16 +513,6 @@ class PretrainingDataModule(L.LightningDataModule):
         self.sets = {"train": ClassificationDataset(x[order[n_val:]], m[order[n_val:]], labels[n_val:]),
                      "val": ClassificationDataset(x[order[:n_val]], m[order[:n_val]], labels[:n_val])}
         rank_zero_info(f"[timeseries] pre-training windows by source: {counts}; {len(x) - n_val} train / {n_val} val")
-
-    def train_dataloader(self):
-        return train_loader(self.sets["train"], self.hparams.batch_size, shuffle=True,
-                            num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self):
-        return DataLoader(self.sets["val"], batch_size=self.hparams.eval_batch_size)
-
-    def test_dataloader(self):
-        return DataLoader(self.sets["val"], batch_size=self.hparams.eval_batch_size)
 
     def card_metadata(self) -> dict:
         return {"data_source": "pre-training mix: " + ", ".join(self.hparams.sources) + " (training parts only)"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import socket
 import sys
@@ -70,6 +71,21 @@ def shared_data() -> Path:
 @pytest.fixture
 def toy_config() -> Path:
     return SUPPORT / "toy.yaml"
+
+
+@pytest.fixture
+def info_log():
+    """Messages of Lightning's rank-zero logger (rank_zero_info), whatever its propagation is set to."""
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    yield lines
+    log.removeHandler(handler)
+    log.setLevel(level)
 
 
 @pytest.fixture

@@ -218,10 +218,26 @@ def _check(rc: int, what: str) -> None:
 ZYGOTE_NEEDS = ("clone", "mount", "umount2")
 
 
-def _seccomp_program():
-    """The BPF filter (classic BPF over ``struct seccomp_data``) or None when this architecture has no table."""
+def _sock_fprog(prog: list[tuple[int, int, int, int]]):
+    """Classic BPF instructions (code, jt, jf, k) as the ``struct sock_fprog`` that prctl(PR_SET_SECCOMP) takes.
+    ``_keep`` holds the instruction array alive and a pointer to the struct made ahead of time, so that a sample
+    installs its filter without allocating."""
     import ctypes
 
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    filters = (SockFilter * len(prog))(*prog)
+    fprog = SockFprog(len(prog), filters)
+    fprog._keep = (filters, ctypes.byref(fprog))
+    return fprog
+
+
+def _seccomp_program():
+    """The BPF filter (classic BPF over ``struct seccomp_data``) or None when this architecture has no table."""
     col, arch = _AUDIT_ARCH.get(os.uname().machine, (None, None))
     if col is None:
         return None
@@ -238,17 +254,7 @@ def _seccomp_program():
                  (ret, 0, 0, err | errno.EPERM), (ret, 0, 0, allow)]
     prog += [(jeq, 0, 3, SOCKET_NR[col]), (ld, 0, 0, 16), (jeq, 0, 1, 1),  # socket(AF_UNIX = 1, ...)
              (ret, 0, 0, err | errno.EACCES), (ret, 0, 0, allow)]
-
-    class SockFilter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
-
-    filters = (SockFilter * len(prog))(*prog)
-    fprog = SockFprog(len(prog), filters)
-    fprog._keep = filters
-    return fprog
+    return _sock_fprog(prog)
 
 
 def _nproc_binds(w: "_WorkerState") -> bool:
@@ -279,25 +285,13 @@ def _nproc_binds(w: "_WorkerState") -> bool:
 def _no_clone_program():
     """A tiny second filter each sample adds for itself where RLIMIT_NPROC does not bind: clone fails too
     (threads and forks). Only then: attaching a filter costs a sample about 0.25 ms."""
-    import ctypes
-
     col, arch = _AUDIT_ARCH.get(os.uname().machine, (None, None))
     if col is None:
         return None
     nr = SECCOMP_DENY["clone"][1 + col]
     prog = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), (0x06, 0, 0, 0x80000000), (0x20, 0, 0, 0),
             (0x15, 0, 1, nr), (0x06, 0, 0, 0x00050000 | errno.EAGAIN), (0x06, 0, 0, 0x7FFF0000)]
-
-    class SockFilter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
-
-    filters = (SockFilter * len(prog))(*prog)
-    fprog = SockFprog(len(prog), filters)
-    fprog._keep = (filters, ctypes.byref(fprog))
-    return fprog
+    return _sock_fprog(prog)
 
 
 def _drop_capabilities(libc) -> None:

@@ -9,8 +9,6 @@
 * PDEBench `2D_DarcyFlow_beta1.0_Train.hdf5`: nu (N, s, s), tensor (N, 1, s, s) float32, x-/y-/t-coordinate.
 """
 
-import logging
-
 import h5py
 import numpy as np
 import pytest
@@ -24,21 +22,6 @@ from zoo.diffoas.generate import load_dataset
 from zoo.errors import ZooError
 
 S = 9  # 7 x 7 interior
-
-
-@pytest.fixture
-def info_log():
-    """Messages of Lightning's rank-zero logger (rank_zero_info), whatever its propagation is set to."""
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: lines.append(record.getMessage())
-    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    level = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    yield lines
-    log.removeHandler(handler)
-    log.setLevel(level)
 
 
 def official_darcy_matrix(coef: np.ndarray) -> sp.csr_matrix:

@@ -15,7 +15,6 @@ import csv
 import gzip
 import io
 import json
-import logging
 import random
 import string
 import zipfile
@@ -27,21 +26,6 @@ from datamodules.seqrec import SeqRecDataModule
 from zoo.errors import ZooError
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def info_log():
-    """Messages of Lightning's rank-zero logger (rank_zero_info), whatever its propagation is set to."""
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: lines.append(record.getMessage())
-    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    level = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    yield lines
-    log.removeHandler(handler)
-    log.setLevel(level)
 
 
 def _id(rng, first, n):

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import gzip
-import logging
 import random
 
 import pandas as pd
@@ -41,21 +40,6 @@ def released(tmp_path_factory):
     path = tmp_path_factory.mktemp("cvdb") / "cross-verified-database.csv"
     cvdb_table().to_csv(path, index=False, encoding="ISO-8859-1")  # the release's encoding
     return path
-
-
-@pytest.fixture
-def info_log():
-    """Messages of Lightning's rank-zero logger (rank_zero_info), whatever its propagation is set to."""
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: lines.append(record.getMessage())
-    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    level = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    yield lines
-    log.removeHandler(handler)
-    log.setLevel(level)
 
 
 def test_released_latin1_table_keeps_every_accented_name(released):

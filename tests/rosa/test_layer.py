@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from rosa_reference import DenseMaskedLinear  # tests/rosa, put on sys.path by its conftest
+from rosa_reference import assert_matches_dense_reference  # tests/rosa, put on sys.path by its conftest
 from torch import nn
 
 from zoo.errors import ZooError
@@ -114,28 +114,7 @@ def test_full_layer_gradcheck_float64():
 
 
 def test_gradients_match_dense_masked_reference():
-    layer = _layer()
-    mask = torch.zeros(120, dtype=torch.float64)
-    mask[layer.sparse_index.long()] = 1
-    ref = DenseMaskedLinear(copy.deepcopy(layer.base_layer), mask.view(10, 12))
-    ref_A, ref_B = copy.deepcopy(layer.lora_A), copy.deepcopy(layer.lora_B)
-    with torch.no_grad():
-        ref.delta.copy_(layer.dense_sparse())
-    x1 = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True)
-    x2 = x1.detach().clone().requires_grad_()
-    y1 = layer(x1)
-    y2 = ref(x2) + layer.scaling * ref_B(ref_A(x2))
-    torch.testing.assert_close(y1, y2, rtol=0, atol=1e-12)
-    g = torch.randn_like(y1)
-    y1.backward(g)
-    y2.backward(g)
-    torch.testing.assert_close(x1.grad, x2.grad, rtol=0, atol=1e-12)
-    torch.testing.assert_close(layer.sparse_values.grad, ref.delta.grad.flatten()[layer.sparse_index.long()],
-                               rtol=0, atol=1e-12)
-    # the reference's dense gradient is zero off the support: the SDDMM covers everything that is trained
-    assert torch.count_nonzero(ref.delta.grad) <= layer.nnz
-    torch.testing.assert_close(layer.lora_A.weight.grad, ref_A.weight.grad, rtol=0, atol=1e-12)
-    torch.testing.assert_close(layer.lora_B.weight.grad, ref_B.weight.grad, rtol=0, atol=1e-12)
+    assert_matches_dense_reference(_layer(), 12)
 
 
 def test_no_dense_weight_sized_tensor_is_saved_for_backward():

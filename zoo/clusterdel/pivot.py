@@ -146,6 +146,15 @@ def _finish_matching(h: sp.csr_array, alive: np.ndarray, label: np.ndarray) -> N
     alive[nodes] = False
 
 
+def _take_cluster(h: sp.csr_array, p: int, alive: np.ndarray, label: np.ndarray) -> np.ndarray:
+    """Pivot p takes itself and its H-neighbours still in U: they leave U (``alive``) labelled p."""
+    nbrs = h.indices[h.indptr[p]:h.indptr[p + 1]].astype(np.int64)
+    cluster = np.concatenate([[p], nbrs[alive[nbrs]]])
+    alive[cluster] = False
+    label[cluster] = p
+    return cluster
+
+
 def degree_pivot(h: sp.csr_array) -> np.ndarray:
     """Deterministic pivot: always the node of maximum degree in H[U] (DegMFP; the paper's derandomisation).
 
@@ -163,10 +172,7 @@ def degree_pivot(h: sp.csr_array) -> np.ndarray:
         if key > -2:  # max degree <= 1 left
             _finish_matching(h, alive, label)
             break
-        nbrs = h.indices[h.indptr[p]:h.indptr[p + 1]].astype(np.int64)
-        cluster = np.concatenate([[p], nbrs[alive[nbrs]]])
-        alive[cluster] = False
-        label[cluster] = p
+        cluster = _take_cluster(h, p, alive, label)
         _, nb = _gather_rows(h, cluster)
         nb = nb[alive[nb]]
         touched, drop = np.unique(nb, return_counts=True)
@@ -203,10 +209,7 @@ def ratio_pivot(h: sp.csr_array) -> np.ndarray:
         if key == np.inf:  # no 2-path left in H[U]: the rest is edges and single nodes
             _finish_matching(h, alive, label)
             break
-        nbrs = h.indices[h.indptr[p]:h.indptr[p + 1]].astype(np.int64)
-        cluster = np.concatenate([[p], nbrs[alive[nbrs]]])
-        alive[cluster] = False
-        label[cluster] = p
+        cluster = _take_cluster(h, p, alive, label)
         owner, w = _gather_rows(h, cluster)
         live = alive[w]
         owner, w = owner[live], w[live]
