@@ -127,12 +127,12 @@ class GENTLEModule(ConditionalGeneratorModule):
             the ascent step. ``sinkhorn`` (a diagnostic, ours, not the paper's method): R_i + ε = W_ε(T(·, x_i),
             T(·, x_j)) solved exactly on the step's samples by log-domain Sinkhorn, with its envelope gradient
             (`zoo.gentle.entropic.entropic_ot`); v_φ is then unused and the ascent step does nothing. It separates
-            the objective from the potential network's training (cards/gentle.md, toy1 fourth round).
+            the objective from the potential network's training (cards/gentle/toy_runs.md, fourth round).
         lipschitz_power: p, ours, not the official code's (default 0 = the official term: nothing divides by the
             covariate distance). p > 0 weights R_i by ‖x_i - x_j(i)‖^(-p), normalised to mean 1 over the training
             covariates so that λ keeps its scale. With R_i + ε ≈ W₂²(μ_i, μ_j), p = 2 makes the term a mean squared
             Lipschitz ratio (W₂ / ‖x_i - x_j‖)², a literal reading of the abstract's "penalizing the Lipschitz
-            constant" (the paper's formula could not be read here; cards/gentle.md, toy1 sixth round).
+            constant" (the paper's formula could not be read here; cards/gentle/toy_runs.md, sixth round).
         pairing: which pairs enter the OT term. ``neighbour`` (default, the paper's): every covariate against its
             MST neighbour j(i) in both players' steps. ``released``: the official `train_gentle.py` as released,
             for comparison with its numbers. Its generator step takes R_i only where the official assignment
