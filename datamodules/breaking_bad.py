@@ -33,7 +33,7 @@ from scipy.spatial import cKDTree
 from scipy.spatial.transform import Rotation
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import train_loader
+from zoo.data import SplitLoaders, train_loader
 from zoo.errors import ZooError
 
 HOW_TO_GET = ("download the volume-constrained Breaking Bad dataset (breaking-bad-dataset.github.io) and point "
@@ -215,7 +215,7 @@ def first(batch: list[dict]) -> dict:
     return batch[0]
 
 
-class BreakingBadDataModule(L.LightningDataModule):
+class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
     """Args:
     source: ``breaking_bad`` (local files, the released layout) or ``synthetic`` (seeded fractures).
     data_root: the Breaking Bad root (holding ``everyday/``, ``artifact/``).
@@ -325,15 +325,6 @@ class BreakingBadDataModule(L.LightningDataModule):
         return train_loader(self._sets["train"], 1, shuffle=True, seed=self.hparams.seed, collate_fn=first,
                             num_workers=self.hparams.num_workers)
 
-    def _eval(self, split: str) -> DataLoader:
+    def eval_loader(self, split: str) -> DataLoader:
         return DataLoader(self._sets[split], batch_size=1, shuffle=False, collate_fn=first,
                           num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self):
-        return self._eval("val")
-
-    def test_dataloader(self):
-        return self._eval("test")
-
-    def predict_dataloader(self):
-        return self._eval("test")

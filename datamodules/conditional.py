@@ -35,7 +35,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from zoo.data import train_loader
+from zoo.data import SplitLoaders, train_loader
 from zoo.errors import ZooError
 from zoo.gentle import simulators as sim
 
@@ -121,7 +121,7 @@ def group_by_covariate(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, list[n
     return distinct, np.split(y[order], bounds), np.argsort(first, kind="stable")
 
 
-class ConditionalDataModule(L.LightningDataModule):
+class ConditionalDataModule(SplitLoaders, L.LightningDataModule):
     """Args:
     dataset: ``cps`` | ``ecm`` | ``toy1`` | ``toy2`` (see the module docstring for the file formats).
     source: ``local`` (CSV files in ``data_dir``) or ``embedded`` (seeded simulators; synthetic rows for cps).
@@ -320,19 +320,10 @@ class ConditionalDataModule(L.LightningDataModule):
         # stateful seeded shuffle (zoo.data): a run resumed mid-epoch continues with the same order
         return train_loader(ds, hp.batch_size, shuffle=True, num_workers=hp.num_workers)
 
-    def _eval_loader(self, split: str) -> DataLoader:
+    def eval_loader(self, split: str) -> DataLoader:
         self.setup()
         return DataLoader(self.eval_sets[split], batch_size=self.hparams.eval_batch_size, shuffle=False,
                           collate_fn=_as_list, num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self):
-        return self._eval_loader("val")
-
-    def test_dataloader(self):
-        return self._eval_loader("test")
-
-    def predict_dataloader(self):
-        return self._eval_loader("test")
 
     def card_metadata(self) -> dict:
         hp = self.hparams

@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.diffoas.formats import EXTERNAL_SOLVER
 from zoo.diffoas.generate import PDEData, generate, get_problem, load_dataset, save_dataset
-from zoo.data import train_loader
+from zoo.data import SplitLoaders, train_loader
 from zoo.errors import ZooError
 
 SOLVER_METHODS = ("gmres", "direct", EXTERNAL_SOLVER)
@@ -56,7 +56,7 @@ def normalization_stats(ds: TensorDataset) -> dict[str, torch.Tensor]:
     }
 
 
-class PDEDataModule(L.LightningDataModule):
+class PDEDataModule(SplitLoaders, L.LightningDataModule):
     """Args:
     problem: ``darcy`` | ``helmholtz`` | ``diffusion`` (paper, Appendix B.2).
     method: how the training data are made: ``diffoas`` (the paper's method), ``gmres`` (the baseline) or
@@ -197,7 +197,7 @@ class PDEDataModule(L.LightningDataModule):
         return normalization_stats(self._sets["train"])
 
     # -------------------------------------------------------------------------------------------- loaders
-    def _loader(self, split: str) -> DataLoader:
+    def eval_loader(self, split: str) -> DataLoader:
         return DataLoader(self._sets[split], batch_size=self.hparams.batch_size, num_workers=self.hparams.num_workers)
 
     def card_metadata(self) -> dict:
@@ -210,12 +210,3 @@ class PDEDataModule(L.LightningDataModule):
     def train_dataloader(self):
         return train_loader(self._sets["train"], self.hparams.batch_size, shuffle=True,
                             num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self):
-        return self._loader("val")
-
-    def test_dataloader(self):
-        return self._loader("test")
-
-    def predict_dataloader(self):
-        return self._loader("test")

@@ -25,7 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from sklearn.preprocessing import StandardScaler
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import train_loader
+from zoo.data import SplitLoaders, train_loader
 from zoo.errors import ZooError
 from zoo.moment.formats import (
     AEON_ANOMALY,
@@ -100,29 +100,16 @@ class WindowDataset(Dataset):
         return item
 
 
-class _WindowSets(L.LightningDataModule):
+class _WindowSets(SplitLoaders, L.LightningDataModule):
     """What the four MOMENT datamodules share: `self.sets` by split, a shuffled (resumable) training loader and
-    plain evaluation loaders. `EVAL_SPLITS` names the split each evaluation stage reads: a family without a
-    validation part of its own validates on another."""
-
-    EVAL_SPLITS: ClassVar[dict[str, str]] = {"val": "val", "test": "test", "predict": "test"}
+    plain evaluation loaders (`EVAL_SPLITS`: which split each evaluation stage reads)."""
 
     def train_dataloader(self):
         return train_loader(self.sets["train"], self.hparams.batch_size, shuffle=True,
                             num_workers=self.hparams.num_workers)
 
-    def _eval(self, stage: str) -> DataLoader:
-        return DataLoader(self.sets[self.EVAL_SPLITS[stage]], batch_size=self.hparams.eval_batch_size,
-                          num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self):
-        return self._eval("val")
-
-    def test_dataloader(self):
-        return self._eval("test")
-
-    def predict_dataloader(self):
-        return self._eval("predict")
+    def eval_loader(self, split: str) -> DataLoader:
+        return DataLoader(self.sets[split], batch_size=self.hparams.eval_batch_size, num_workers=self.hparams.num_workers)
 
 
 class ETTh1DataModule(_WindowSets):

@@ -13,7 +13,7 @@ new permutation (some examples are seen twice, others never). Two things make th
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch.utils.data import Sampler
@@ -91,3 +91,24 @@ def is_resumable(loader: Any) -> bool:
     if isinstance(loader, dict):
         return all(is_resumable(x) for x in loader.values())
     return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
+
+
+class SplitLoaders:
+    """The evaluation hooks of a datamodule whose validation, test and predict loaders differ only in the split
+    they read. The datamodule defines `eval_loader(split)`; `EVAL_SPLITS` names the split each stage reads (a family
+    without a validation part of its own validates on another). List it before `LightningDataModule` in the bases,
+    so that its hooks replace Lightning's defaults."""
+
+    EVAL_SPLITS: ClassVar[dict[str, str]] = {"val": "val", "test": "test", "predict": "test"}
+
+    def eval_loader(self, split: str):
+        raise NotImplementedError(f"{type(self).__name__} must define eval_loader(split)")
+
+    def val_dataloader(self):
+        return self.eval_loader(self.EVAL_SPLITS["val"])
+
+    def test_dataloader(self):
+        return self.eval_loader(self.EVAL_SPLITS["test"])
+
+    def predict_dataloader(self):
+        return self.eval_loader(self.EVAL_SPLITS["predict"])
