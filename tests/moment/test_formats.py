@@ -172,3 +172,21 @@ def test_bad_datamodule_arguments():
         ETTh1DataModule(source="local")
     with pytest.raises(ZooError, match="batch_size must be at least 1"):
         UCRClassificationDataModule(source="embedded", batch_size=0)
+
+
+def test_each_evaluation_stage_reads_its_family_split():
+    """The anomaly series has no validation part (validation scores the test windows) and the pre-training mix has no
+    test part (every stage reads the held-out windows): `EVAL_SPLITS` routes each stage."""
+    anomaly = UCRAnomalyDataModule(source="embedded", embedded_length=2048, embedded_train_end=1024)
+    anomaly.setup("fit")
+    for loader in (anomaly.val_dataloader(), anomaly.test_dataloader(), anomaly.predict_dataloader()):
+        assert loader.dataset is anomaly.sets["test"]
+    mix = PretrainingDataModule(sources=["embedded:ett"], val_fraction=0.2, embedded_ett_rows=1024)
+    mix.setup("fit")
+    assert set(mix.sets) == {"train", "val"}
+    for loader in (mix.val_dataloader(), mix.test_dataloader(), mix.predict_dataloader()):
+        assert loader.dataset is mix.sets["val"]
+    ett = ETTh1DataModule(source="embedded", n_rows=2048, train_rows=1024, val_rows=512, test_rows=512)
+    ett.setup("fit")
+    assert ett.val_dataloader().dataset is ett.sets["val"]
+    assert ett.test_dataloader().dataset is ett.predict_dataloader().dataset is ett.sets["test"]
