@@ -19,10 +19,11 @@ from zoo.cruxeval.scoring import extract_answers, row_problem, score_answers
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.lm import build_causal_lm, generate, load_tokenizer
+from zoo.records import EvalRecords
 from zoo.sandbox import Sandbox
 
 
-class CRUXEvalModule(HubMixin, L.LightningModule):
+class CRUXEvalModule(EvalRecords, HubMixin, L.LightningModule):
     """CRUXEval input or output prediction with a causal LM.
 
     Args:
@@ -69,7 +70,7 @@ class CRUXEvalModule(HubMixin, L.LightningModule):
         self.tokenizer = load_tokenizer(tokenizer)
         self.stop = list(stop) if stop is not None else list(STOP_WORDS)
         self._sandbox: Sandbox | None = None
-        self._records: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = []
 
     # -- pieces usable without a Trainer ------------------------------------------------------------
     @property
@@ -110,56 +111,30 @@ class CRUXEvalModule(HubMixin, L.LightningModule):
         results = score_answers(rows, answers, hp.mode, self.sandbox, self.ks, reasons, hp.compat)
         return [{**res.to_dict(), "completions": comps} for res, comps in zip(results, completions)]
 
-    # -- Lightning --------------------------------------------------------------------------------
-    def _eval_step(self, batch: list[dict[str, Any]], stage: str) -> list[dict[str, Any]]:
-        records = self.evaluate(batch)
-        self._records.extend(records)
+    # -- Lightning (hooks: zoo.records.EvalRecords) -------------------------------------------------
+    def score_records(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self.evaluate(batch)
+
+    def log_records(self, records: list[dict[str, Any]], stage: str) -> None:
         for k in self.ks:
             vals = [r["pass_at"].get(f"pass@{k}", 0.0) for r in records]
             self.log(f"{stage}/pass@{k}", 100.0 * sum(vals) / len(vals), on_step=False, on_epoch=True,
                      batch_size=len(vals), sync_dist=True)
-        return records
 
-    def test_step(self, batch: list[dict[str, Any]], batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def validation_step(self, batch: list[dict[str, Any]], batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def predict_step(self, batch: list[dict[str, Any]], batch_idx: int, dataloader_idx: int = 0):
-        records = self.evaluate(batch)
-        self._records.extend(records)
-        return records
-
-    def on_test_epoch_start(self) -> None:
-        self._records = []
-
-    on_validation_epoch_start = on_test_epoch_start
-    on_predict_epoch_start = on_test_epoch_start
-
-    def _save(self, stage: str) -> None:
-        if self.trainer is None or not self._records:
+    def save_records(self, stage: str) -> None:
+        if self.trainer is None or not self.records:
             return
         run = Path(self.trainer.default_root_dir)
         run.mkdir(parents=True, exist_ok=True)
         mode = self.hparams.mode
         suffix = f"_{stage}" + (f"_rank{self.global_rank}" if self.trainer.world_size > 1 else "")
         (run / f"generations_{mode}{suffix}.json").write_text(
-            json.dumps({r["id"]: r["answers"] for r in self._records}, indent=1))
+            json.dumps({r["id"]: r["answers"] for r in self.records}, indent=1))
         (run / f"completions_{mode}{suffix}.json").write_text(
-            json.dumps({r["id"]: r["completions"] for r in self._records}, indent=1))
+            json.dumps({r["id"]: r["completions"] for r in self.records}, indent=1))
         with (run / f"verdicts_{mode}{suffix}.jsonl").open("w") as fh:
-            for r in self._records:
+            for r in self.records:
                 fh.write(json.dumps({k: v for k, v in r.items() if k != "completions"}) + "\n")
-
-    def on_test_epoch_end(self) -> None:
-        self._save("test")
-
-    def on_validation_epoch_end(self) -> None:
-        self._save("val")
-
-    def on_predict_epoch_end(self) -> None:
-        self._save("predict")
 
     def teardown(self, stage: str) -> None:
         if self._sandbox is not None:

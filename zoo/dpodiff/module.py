@@ -28,9 +28,10 @@ from zoo.dpodiff.stack import build_stack
 from zoo.dpodiff.wordnet import open_wordnet
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
+from zoo.records import EvalRecords
 
 
-class DPODiffModule(HubMixin, L.LightningModule):
+class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
     """Discrete prompt optimisation for Stable Diffusion (improvement or attack).
 
     Args:
@@ -105,7 +106,7 @@ class DPODiffModule(HubMixin, L.LightningModule):
         self.similarity = (SentenceSimilarity(constraint_model) if task == "attack" and constraint_model is not None
                            else None)
         self._nplib = self._read_nplib(nplib_path) if space == "nplib" else None
-        self._records: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = []
         self._cache: dict[str, dict[str, dict[str, list[str]]]] = {}
         self._llm = None
 
@@ -170,7 +171,7 @@ class DPODiffModule(HubMixin, L.LightningModule):
         return {p: cache[p] for p in prompts}
 
     # -- Lightning -------------------------------------------------------------------------------------------------
-    def _run(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def score_records(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         hp = self.hparams
         seed = int(os.environ.get("PL_GLOBAL_SEED", "0"))
         cands = self.word_candidates([r["prompt"] for r in batch])
@@ -185,34 +186,13 @@ class DPODiffModule(HubMixin, L.LightningModule):
                 out.append({k: v for k, v in res.items() if not k.startswith("images_")})
         return out
 
-    def _log_records(self, records: list[dict[str, Any]], stage: str) -> None:
+    def log_records(self, records: list[dict[str, Any]], stage: str) -> None:
         n = len(records)
         mean = lambda k: sum(float(r[k]) for r in records) / n
         self.log_dict({f"{stage}/loss_original": mean("loss_original"), f"{stage}/loss_best": mean("loss_best"),
                        f"{stage}/loss_delta": sum(r["loss_best"] - r["loss_original"] for r in records) / n,
                        f"{stage}/evaluations": mean("evaluations")},
                       on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
-
-    def test_step(self, batch: list[dict[str, Any]], batch_idx: int) -> None:
-        records = self._run(batch)
-        self._records.extend(records)
-        self._log_records(records, "test")
-
-    def validation_step(self, batch: list[dict[str, Any]], batch_idx: int) -> None:
-        records = self._run(batch)
-        self._records.extend(records)
-        self._log_records(records, "val")
-
-    def predict_step(self, batch: list[dict[str, Any]], batch_idx: int, dataloader_idx: int = 0):
-        records = self._run(batch)
-        self._records.extend(records)
-        return records
-
-    def on_test_epoch_start(self) -> None:
-        self._records = []
-
-    on_validation_epoch_start = on_test_epoch_start
-    on_predict_epoch_start = on_test_epoch_start
 
     def _run_dir(self) -> Optional[Path]:
         if self._trainer is None:
@@ -233,30 +213,21 @@ class DPODiffModule(HubMixin, L.LightningModule):
             ims = [im[0].float().clamp(0, 1).permute(1, 2, 0).mul(255).round().byte().cpu() for im in res[f"images_{which}"]]
             Image.fromarray(torch.cat(ims, 1).numpy()).save(d / f"{res['id']}_{which}.png")
 
-    def _save(self, stage: str) -> None:
+    def save_records(self, stage: str) -> None:
         run = self._run_dir()
-        if run is None or not self._records:
+        if run is None or not self.records:
             return
         rank = f"_rank{self.global_rank}" if self.trainer.world_size > 1 else ""
         with (run / f"dpodiff_{stage}{rank}.jsonl").open("w") as fh:
-            for r in self._records:
+            for r in self.records:
                 fh.write(json.dumps(r) + "\n")
-        (run / f"scores{rank}.json").write_text(json.dumps({r["prompt"]: r["loss_original"] for r in self._records},
+        (run / f"scores{rank}.json").write_text(json.dumps({r["prompt"]: r["loss_original"] for r in self.records},
                                                            indent=1))
         if self._cache:
             (run / f"candidates{rank}.json").write_text(json.dumps(self._cache, indent=1))
-        best = [r for r in self._records]
-        rank_zero_info(f"dpodiff: {len(best)} prompts, mean loss {sum(r['loss_original'] for r in best) / len(best):.4f}"
-                       f" -> {sum(r['loss_best'] for r in best) / len(best):.4f} ({self.hparams.task})")
-
-    def on_test_epoch_end(self) -> None:
-        self._save("test")
-
-    def on_validation_epoch_end(self) -> None:
-        self._save("val")
-
-    def on_predict_epoch_end(self) -> None:
-        self._save("predict")
+        n = len(self.records)
+        rank_zero_info(f"dpodiff: {n} prompts, mean loss {sum(r['loss_original'] for r in self.records) / n:.4f}"
+                       f" -> {sum(r['loss_best'] for r in self.records) / n:.4f} ({self.hparams.task})")
 
     def configure_optimizers(self):
         return None
