@@ -90,8 +90,17 @@ def test_unlearning_el_rows_agree_with_the_reference_loop():
 
 
 # Every other benchmark (the later papers') has a `--quick` miniature; each must run and print its table.
+@pytest.mark.timeout(300)
+def test_gentle_neighbour_gap_falls_with_density():
+    rows = table_rows(run("gentle_neighbour_gap.py", "--quick"))[1:]
+    assert [r[0] for r in rows] == ["50", "100"]
+    location, w2, distance = ([float(r[c]) for r in rows] for c in (1, 2, 3))
+    assert all(w >= loc for w, loc in zip(w2, location))  # W2 of two Gaussians is at least their mean gap
+    assert location[0] > location[1] and distance[0] > distance[1]  # denser covariates, closer neighbours
+
+
 TESTED_ABOVE = {"diffoas_generation", "dpformer_clipping", "rosa_train_step", "score_objectives", "cruxeval_scoring",
-                "unlearning_el"}
+                "unlearning_el", "gentle_neighbour_gap"}
 SCRIPTS = [p for p in BENCH.glob("*.py") if not p.stem.startswith("_")]  # _memory.py etc. are shared helpers
 QUICK = sorted(p.stem for p in SCRIPTS if p.stem not in TESTED_ABOVE and "--quick" in p.read_text())
 

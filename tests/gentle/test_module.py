@@ -8,7 +8,7 @@ import torch
 
 from datamodules.conditional import ConditionalDataModule
 from zoo.errors import ZooError
-from zoo.gentle import CWGANModule, GENTLEModule, PooledMarginalModule
+from zoo.gentle import CWGANModule, GENTLEModule, NearestNeighboursModule, PooledMarginalModule
 from zoo.gentle.nets import MLPM
 
 
@@ -160,6 +160,33 @@ def test_evaluation_logs_wd_and_ks_and_samples_are_destandardised():
     assert gap.max() < 1e-4  # resampled training y's, back in raw units (float32 round trip)
 
 
+def test_nearest_neighbours_pools_the_k_nearest_covariates_draws():
+    """Against scikit-learn's NearestNeighbors: each evaluation covariate's draws are exactly the training y's of its
+    k nearest distinct covariates (standardised), every pooled y is drawn, and k = 1 at a training covariate
+    resamples that covariate's own y's."""
+    from sklearn.neighbors import NearestNeighbors
+
+    L.seed_everything(5, verbose=False)
+    dm = tiny_data()
+    model = NearestNeighboursModule(x_dim=3, k=3, n_eval_samples=20)
+    trainer(max_epochs=1, limit_val_batches=0).fit(model, datamodule=dm)
+    x_distinct, y_groups = dm.train_groups()
+    queries = np.random.default_rng(0).normal(size=(6, 3))
+    nearest = NearestNeighbors(n_neighbors=3).fit(x_distinct).kneighbors(queries, return_distance=False)
+    draws = model.sample_standardised(torch.as_tensor(queries, dtype=torch.float32), 4000).double().numpy()
+    for q in range(len(queries)):
+        pooled = np.concatenate([y_groups[i] for i in nearest[q]])
+        np.testing.assert_allclose(np.unique(draws[q]), np.unique(pooled.astype(np.float32)), rtol=0, atol=1e-6)
+    one = NearestNeighboursModule(x_dim=3, k=1, n_eval_samples=20)
+    trainer(max_epochs=1, limit_val_batches=0).fit(one, datamodule=dm)
+    own = one.sample_standardised(torch.as_tensor(x_distinct[:1], dtype=torch.float32), 200).double().numpy()
+    assert set(np.round(own[0], 5)) <= set(np.round(y_groups[0], 5))
+    with pytest.raises(ZooError, match="k must be >= 1"):
+        NearestNeighboursModule(k=0)
+    with pytest.raises(ZooError, match="only 12 distinct training covariates"):
+        trainer(max_epochs=1, limit_val_batches=0).fit(NearestNeighboursModule(x_dim=3, k=13), datamodule=dm)
+
+
 def test_cwgan_alternates_critic_and_generator_steps():
     L.seed_everything(3, verbose=False)
     model = CWGANModule(x_dim=3, critic_steps=3, n_eval_samples=20)
@@ -202,7 +229,7 @@ def test_cwgan_clips_at_the_lower_bound():
     assert (model.eval().sample(torch.zeros(3, 9), 7) == 0).all()
 
 
-@pytest.mark.parametrize("cls", [GENTLEModule, CWGANModule, PooledMarginalModule])
+@pytest.mark.parametrize("cls", [GENTLEModule, CWGANModule, PooledMarginalModule, NearestNeighboursModule])
 def test_hub_round_trip_keeps_weights_and_standardisation(tmp_path, cls):
     model = cls(x_dim=2, n_eval_samples=10)
     stats = {"x_mean": torch.tensor([1.0, 2.0]), "x_std": torch.tensor([3.0, 4.0]), "y_mean": torch.tensor([5.0]),
@@ -210,6 +237,9 @@ def test_hub_round_trip_keeps_weights_and_standardisation(tmp_path, cls):
     model.set_standardisation(stats)
     if cls is PooledMarginalModule:
         model.pooled_y = torch.linspace(-1, 1, 9)
+    if cls is NearestNeighboursModule:
+        model.covariates, model.ys = torch.randn(6, 2), torch.linspace(-1, 1, 9)
+        model.owner = torch.tensor([0, 0, 1, 2, 2, 3, 4, 5, 5])
     model.save_pretrained(tmp_path)
     again = cls.from_pretrained(tmp_path)
     x = torch.randn(3, 2)
@@ -332,3 +362,5 @@ def test_one_line_errors():
         trainer(max_steps=1).fit(CWGANModule(x_dim=3), datamodule=tiny_data())
     with pytest.raises(ZooError, match="fit it"):
         PooledMarginalModule(x_dim=3).sample(torch.zeros(1, 3), 2)
+    with pytest.raises(ZooError, match="fit it"):
+        NearestNeighboursModule(x_dim=3).sample(torch.zeros(1, 3), 2)

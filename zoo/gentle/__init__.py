@@ -10,7 +10,13 @@ from zoo.gentle.entropic import c_transform, debiased_semi_dual, ground_cost, se
 from zoo.gentle.gda import make_anchors, proximal_penalty, smoothed_gda_step, update_anchors
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
-from zoo.gentle.module import ConditionalGeneratorModule, CWGANModule, GENTLEModule, PooledMarginalModule
+from zoo.gentle.module import (
+    ConditionalGeneratorModule,
+    CWGANModule,
+    GENTLEModule,
+    NearestNeighboursModule,
+    PooledMarginalModule,
+)
 from zoo.gentle.neighbours import mst_edges, mst_neighbours, official_relation, released_relation
 from zoo.gentle.nets import MLPM
 
@@ -19,6 +25,7 @@ __all__ = [
     "CWGANModule",
     "ConditionalGeneratorModule",
     "GENTLEModule",
+    "NearestNeighboursModule",
     "PooledMarginalModule",
     "c_transform",
     "conditional_scores",

@@ -472,3 +472,66 @@ class PooledMarginalModule(ConditionalGeneratorModule):
 
     def card_metadata(self) -> dict:
         return {"tags": ["gentle", "baseline", "pooled-marginal"], "base_model": None}
+
+
+class NearestNeighboursModule(ConditionalGeneratorModule):
+    """Baseline (ours, a diagnostic; not in the paper or the official code): y | x drawn from the training y's of the
+    k distinct training covariates nearest to x (Euclidean distance on the standardised covariates), pooled and
+    resampled uniformly. A smoother with no network and no OT term: how much pooling neighbours' draws is worth at a
+    given number of samples per covariate, beside the smoothing GENTLE's OT term adds to the network's own.
+
+    Args:
+        x_dim: number of covariates.
+        k: neighbours pooled (k = 1 at a training covariate resamples its own y's).
+        n_eval_samples: draws per evaluation covariate.
+    """
+
+    batch_by = "covariate"
+
+    def __init__(self, x_dim: int = 3, k: int = 5, n_eval_samples: int = 1000):
+        super().__init__(x_dim, n_eval_samples)
+        if k < 1:
+            raise ZooError(f"k must be >= 1, got {k}")
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.register_buffer("covariates", torch.zeros(0, x_dim))  # distinct training covariates, standardised
+        self.register_buffer("ys", torch.zeros(0))  # their y's, standardised, grouped by covariate
+        self.register_buffer("owner", torch.zeros(0, dtype=torch.long))  # which covariate each y belongs to
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        dm = self._datamodule()
+        if stage == "fit" and dm is not None:
+            x_distinct, y_groups = dm.train_groups()
+            if len(x_distinct) < self.hparams.k:
+                raise ZooError(f"k={self.hparams.k} neighbours but only {len(x_distinct)} distinct training covariates")
+            self.covariates = torch.as_tensor(x_distinct, dtype=torch.float32, device=self.device)
+            self.ys = torch.as_tensor(np.concatenate(y_groups), dtype=torch.float32, device=self.device)
+            sizes = torch.as_tensor([len(g) for g in y_groups], device=self.device)
+            self.owner = torch.repeat_interleave(torch.arange(len(y_groups), device=self.device), sizes)
+
+    def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
+        for name in ("covariates", "ys", "owner"):
+            if name in state_dict:
+                setattr(self, name, torch.empty_like(state_dict[name], device=self.device))
+
+    def sample_standardised(self, xs: torch.Tensor, n: int) -> torch.Tensor:
+        if self.ys.numel() == 0:
+            raise ZooError("NearestNeighboursModule has no training data: fit it (or load a fitted checkpoint) first")
+        if len(self.covariates) < self.hparams.k:
+            raise ZooError(f"k={self.hparams.k} neighbours but only {len(self.covariates)} distinct training covariates")
+        nearest = torch.cdist(xs.to(self.covariates), self.covariates).topk(self.hparams.k, largest=False).indices
+        out = torch.empty(xs.shape[0], n, device=xs.device)
+        for q, cov in enumerate(nearest):
+            pool = self.ys[torch.isin(self.owner, cov)]
+            out[q] = pool[torch.randint(pool.numel(), (n,), device=xs.device)]
+        return out
+
+    def configure_optimizers(self):
+        return None  # nothing to train: "fitting" stores the training covariates and y's
+
+    def training_step(self, batch, batch_idx):
+        return None
+
+    def card_metadata(self) -> dict:
+        return {"tags": ["gentle", "baseline", "nearest-neighbours"], "base_model": None}
