@@ -95,7 +95,7 @@ def test_gentle_neighbour_gap_falls_with_density():
     rows = table_rows(run("gentle_neighbour_gap.py", "--quick"))[1:]
     assert [r[0] for r in rows] == ["50", "100"]
     location, w2, distance = ([float(r[c]) for r in rows] for c in (1, 2, 3))
-    assert all(w >= loc for w, loc in zip(w2, location))  # W2 of two Gaussians is at least their mean gap
+    assert all(w >= loc for w, loc in zip(w2, location, strict=True))  # W2 of two Gaussians is at least their mean gap
     assert location[0] > location[1] and distance[0] > distance[1]  # denser covariates, closer neighbours
 
 
