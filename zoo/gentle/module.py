@@ -193,7 +193,8 @@ class GENTLEModule(ConditionalGeneratorModule):
         if cost not in ("sqeuclidean", "euclidean", "released"):
             raise ZooError(f"GENTLE cost={cost!r}: use 'sqeuclidean', 'euclidean' or 'released'")
         if pairing not in ("neighbour", "released"):
-            raise ZooError(f"GENTLE pairing={pairing!r}: use 'neighbour' (the paper's) or 'released' (the official code's)")
+            raise ZooError(f"GENTLE pairing={pairing!r}: use 'neighbour' (the paper's) or 'released' "
+                           "(the official code's)")
         if pairing == "released" and lipschitz_power != 0:
             raise ZooError("GENTLE pairing='released' reproduces the official code, which weights no pair: set "
                            "lipschitz_power: 0")
@@ -434,7 +435,29 @@ class CWGANModule(ConditionalGeneratorModule):
         return {"tags": ["gentle", "baseline", "cwgan", "conditional-generation"], "base_model": None}
 
 
-class PooledMarginalModule(ConditionalGeneratorModule):
+class _StoringBaseline(ConditionalGeneratorModule):
+    """A baseline with nothing to train: "fitting" stores training data (standardised) in the buffers named in
+    `stored`, whose sizes a checkpoint or Hub file then sets. One batch of one epoch is enough."""
+
+    stored: tuple[str, ...] = ()
+
+    def __init__(self, x_dim: int, n_eval_samples: int):
+        super().__init__(x_dim, n_eval_samples)
+        self.automatic_optimization = False
+
+    def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
+        for name in self.stored:
+            if name in state_dict:
+                setattr(self, name, torch.empty_like(state_dict[name], device=self.device))
+
+    def configure_optimizers(self):
+        return None
+
+    def training_step(self, batch, batch_idx):
+        return None
+
+
+class PooledMarginalModule(_StoringBaseline):
     """Baseline that ignores x: y | x is drawn from the pooled training marginal of y (resampling the training y's).
 
     Args:
@@ -442,10 +465,11 @@ class PooledMarginalModule(ConditionalGeneratorModule):
         n_eval_samples: draws per evaluation covariate.
     """
 
+    stored = ("pooled_y",)
+
     def __init__(self, x_dim: int = 3, n_eval_samples: int = 1000):
         super().__init__(x_dim, n_eval_samples)
         self.save_hyperparameters()
-        self.automatic_optimization = False
         self.register_buffer("pooled_y", torch.zeros(0))
 
     def setup(self, stage: str) -> None:
@@ -454,27 +478,17 @@ class PooledMarginalModule(ConditionalGeneratorModule):
         if stage == "fit" and dm is not None:
             self.pooled_y = torch.as_tensor(dm.train_y(), dtype=torch.float32, device=self.device)
 
-    def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
-        if "pooled_y" in state_dict:
-            self.pooled_y = torch.empty_like(state_dict["pooled_y"], device=self.device)
-
     def sample_standardised(self, xs: torch.Tensor, n: int) -> torch.Tensor:
         if self.pooled_y.numel() == 0:
             raise ZooError("PooledMarginalModule has no training y's: fit it (or load a fitted checkpoint) first")
         pick = torch.randint(self.pooled_y.numel(), (xs.shape[0], n), device=xs.device)
         return self.pooled_y[pick]
 
-    def configure_optimizers(self):
-        return None  # nothing to train: "fitting" stores the training y's
-
-    def training_step(self, batch, batch_idx):
-        return None
-
     def card_metadata(self) -> dict:
         return {"tags": ["gentle", "baseline", "pooled-marginal"], "base_model": None}
 
 
-class NearestNeighboursModule(ConditionalGeneratorModule):
+class NearestNeighboursModule(_StoringBaseline):
     """Baseline (ours, a diagnostic; not in the paper or the official code): y | x drawn from the training y's of the
     k distinct training covariates nearest to x (Euclidean distance on the standardised covariates), pooled and
     resampled uniformly. A smoother with no network and no OT term: how much pooling neighbours' draws is worth at a
@@ -486,14 +500,13 @@ class NearestNeighboursModule(ConditionalGeneratorModule):
         n_eval_samples: draws per evaluation covariate.
     """
 
-    batch_by = "covariate"
+    stored = ("covariates", "ys", "owner")
 
     def __init__(self, x_dim: int = 3, k: int = 5, n_eval_samples: int = 1000):
         super().__init__(x_dim, n_eval_samples)
         if k < 1:
             raise ZooError(f"k must be >= 1, got {k}")
         self.save_hyperparameters()
-        self.automatic_optimization = False
         self.register_buffer("covariates", torch.zeros(0, x_dim))  # distinct training covariates, standardised
         self.register_buffer("ys", torch.zeros(0))  # their y's, standardised, grouped by covariate
         self.register_buffer("owner", torch.zeros(0, dtype=torch.long))  # which covariate each y belongs to
@@ -503,35 +516,26 @@ class NearestNeighboursModule(ConditionalGeneratorModule):
         dm = self._datamodule()
         if stage == "fit" and dm is not None:
             x_distinct, y_groups = dm.train_groups()
-            if len(x_distinct) < self.hparams.k:
-                raise ZooError(f"k={self.hparams.k} neighbours but only {len(x_distinct)} distinct training covariates")
+            self._check_k(len(x_distinct))
             self.covariates = torch.as_tensor(x_distinct, dtype=torch.float32, device=self.device)
             self.ys = torch.as_tensor(np.concatenate(y_groups), dtype=torch.float32, device=self.device)
             sizes = torch.as_tensor([len(g) for g in y_groups], device=self.device)
             self.owner = torch.repeat_interleave(torch.arange(len(y_groups), device=self.device), sizes)
 
-    def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
-        for name in ("covariates", "ys", "owner"):
-            if name in state_dict:
-                setattr(self, name, torch.empty_like(state_dict[name], device=self.device))
+    def _check_k(self, n_covariates: int) -> None:
+        if n_covariates < self.hparams.k:
+            raise ZooError(f"k={self.hparams.k} neighbours but only {n_covariates} distinct training covariates")
 
     def sample_standardised(self, xs: torch.Tensor, n: int) -> torch.Tensor:
         if self.ys.numel() == 0:
             raise ZooError("NearestNeighboursModule has no training data: fit it (or load a fitted checkpoint) first")
-        if len(self.covariates) < self.hparams.k:
-            raise ZooError(f"k={self.hparams.k} neighbours but only {len(self.covariates)} distinct training covariates")
+        self._check_k(len(self.covariates))  # a checkpoint may hold fewer
         nearest = torch.cdist(xs.to(self.covariates), self.covariates).topk(self.hparams.k, largest=False).indices
         out = torch.empty(xs.shape[0], n, device=xs.device)
         for q, cov in enumerate(nearest):
             pool = self.ys[torch.isin(self.owner, cov)]
             out[q] = pool[torch.randint(pool.numel(), (n,), device=xs.device)]
         return out
-
-    def configure_optimizers(self):
-        return None  # nothing to train: "fitting" stores the training covariates and y's
-
-    def training_step(self, batch, batch_idx):
-        return None
 
     def card_metadata(self) -> dict:
         return {"tags": ["gentle", "baseline", "nearest-neighbours"], "base_model": None}
