@@ -56,7 +56,7 @@ def test_cifar_root_without_files_is_an_error(tmp_path):
         dm.setup("fit")
     (tmp_path / "cifar-10-batches-py").mkdir()
     (tmp_path / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"junk")
-    with pytest.raises(ZooError, match="data_batch_1 \(checksum mismatch\), data_batch_2 \(missing\)"):
+    with pytest.raises(ZooError, match=r"data_batch_1 \(checksum mismatch\), data_batch_2 \(missing\)"):
         CIFARLTDataModule(dataset="cifar10", source="local", root=str(tmp_path), num_workers=0).setup("fit")
 
 
