@@ -242,8 +242,8 @@ PAPERS: dict[str, Paper] = {
                     "gentle_toy1_n500x5", "gentle_toy1_n1000x5", "gentle_toy1_n1000x5_converge",
                     "gentle_toy1_n1000x5_long_fresh", "gentle_toy1_small_lambda", "gentle_toy1_small_lambda_fresh",
                     "gentle_toy1_bandwidth", "gentle_toy1_bandwidth_fresh", "gentle_toy2", "gentle_toy2_debias",
-                    "gentle_toy2_n1", "gentle_toy1_released", "gentle_toy1_b500", "gentle_toy1_fullbatch", "gentle_toy1_power",
-                    "gentle_toy1_knn", "gentle_toy1_knn_fresh",
+                    "gentle_toy2_n1", "gentle_toy1_released", "gentle_toy1_b500", "gentle_toy1_fullbatch",
+                    "gentle_toy1_power", "gentle_toy1_knn", "gentle_toy1_knn_fresh",
                     "gentle_cps", "gentle_cps_seeds", "gentle_cps_debias", "gentle_ecm", "gentle_ecm_grid"),
         ),
         Paper(
