@@ -45,11 +45,11 @@ class RunDirConfig(SaveConfigCallback):
 
 def _init_args(model: Any) -> dict[str, Any]:
     """A model config's init args as plain data (jsonargparse Namespaces included)."""
-    from jsonargparse import Namespace, namespace_to_dict
+    from jsonargparse import Namespace
 
     if model is None:
         return {}
-    model = namespace_to_dict(model) if isinstance(model, Namespace) else dict(model)
+    model = model.clone().as_dict() if isinstance(model, Namespace) else dict(model)
     return dict(model.get("init_args") or model.get("dict_kwargs") or {})
 
 
