@@ -7,7 +7,7 @@ import torch
 
 from zoo.errors import ZooError
 from zoo.lm import build_causal_lm
-from zoo.unlearning.metrics import (attack_auc, check_disjoint, check_window, count_outliers, outlier_band,
+from zoo.unlearning.metrics import (attack_auc, greedy_decode, check_disjoint, check_window, count_outliers, outlier_band,
                                     outlier_counts,
                                     extraction_likelihoods, overlap_n, score_sequences, unseen_threshold)
 
@@ -74,6 +74,21 @@ def test_el_and_ma_match_brute_force_on_a_random_lm(tiny_config):
         torch.testing.assert_close(el, brute, rtol=0, atol=1e-12)
     ma = score_sequences(model, ids, mask, el_n=None).ma
     torch.testing.assert_close(ma, torch.tensor([_brute_ma(model, s) for s in seqs], dtype=torch.float64))
+
+
+def test_greedy_decode_feeds_the_kv_cache_back(tiny_config, recwarn):
+    """With use_cache the model sees the prefix once, then one token per step with its cache (passed under the name
+    the installed transformers takes, so no deprecation warning), and decodes what recomputing everything decodes."""
+    torch.manual_seed(0)
+    model = build_causal_lm({**tiny_config, "vocab_size": 7}, "float64").eval()
+    lengths = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: lengths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    ids, mask = _batch([[1, 2, 3, 4], [5, 6]])
+    cached = greedy_decode(model, ids, mask, max_new_tokens=5)
+    hook.remove()
+    assert lengths == [4, 1, 1, 1, 1]
+    assert not [w for w in recwarn if "past_key_values" in str(w.message)]
+    torch.testing.assert_close(cached, greedy_decode(model, ids, mask, max_new_tokens=5, use_cache=False))
 
 
 def test_el_when_the_sequences_fill_the_models_position_table(tiny_config):

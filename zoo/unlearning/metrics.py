@@ -18,6 +18,7 @@ build on), for a sequence x of T tokens:
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -164,6 +165,21 @@ def token_stats(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: t
     return ma, nll.sum(1), ntok
 
 
+def _cache_kwarg(model: Callable) -> str:
+    """The name under which `model` takes its KV cache back: transformers 5 renamed `past_key_values` to `cache`
+    (the old name warns and goes in 5.40); older models, and callables without a signature, use the old one."""
+    try:
+        params = inspect.signature(getattr(model, "forward", model)).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
 @torch.no_grad()
 def greedy_decode(model: Callable, prefix_ids: torch.Tensor, prefix_mask: torch.Tensor, max_new_tokens: int,
                   use_cache: bool = True) -> torch.Tensor:
@@ -172,7 +188,8 @@ def greedy_decode(model: Callable, prefix_ids: torch.Tensor, prefix_mask: torch.
     mask = prefix_mask.long()
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=prefix_ids, attention_mask=mask, position_ids=pos, use_cache=use_cache)
-    past = getattr(out, "past_key_values", None) if use_cache else None
+    past = _cache_of(out) if use_cache else None
+    cache_kwarg = _cache_kwarg(model)
     ids, new = prefix_ids, []
     for k in range(max_new_tokens):
         nxt = out.logits[:, -1].argmax(-1)
@@ -182,9 +199,9 @@ def greedy_decode(model: Callable, prefix_ids: torch.Tensor, prefix_mask: torch.
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
         if past is not None:
             pos = pos[:, -1:] + 1
-            out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, past_key_values=past,
-                        use_cache=True)
-            past = out.past_key_values
+            out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
+                        **{cache_kwarg: past})
+            past = _cache_of(out)
         else:
             ids = torch.cat([ids, nxt[:, None]], 1)
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
