@@ -214,7 +214,7 @@ def test_cwgan_gradient_penalty_equals_its_closed_form():
     alpha = torch.rand_like(y)
     m = alpha * y + (1 - alpha) * y_hat
     expected = torch.relu((2 * w * m * x[:, 0]).abs() - 1).mean()
-    assert 0 < float(expected) and float(gp) == pytest.approx(float(expected), abs=1e-14)
+    assert 0 < expected.item() and gp.item() == pytest.approx(expected.item(), abs=1e-14)
     (g_gp,) = torch.autograd.grad(gp, w)
     (g_ex,) = torch.autograd.grad(expected, w)
     assert float(g_gp) == pytest.approx(float(g_ex), abs=1e-14)
