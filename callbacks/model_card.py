@@ -8,7 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_only
 
 from callbacks.last_checkpoint import last_checkpoint_path
-from zoo.rundir import read_summary, update_summary
+from zoo.rundir import read_summary, run_environment, update_summary
 
 
 def _scalar_metrics(metrics: dict) -> dict[str, float]:
@@ -68,6 +68,7 @@ class ModelCardWriter(pl.Callback):
         if self.paper_id:
             fields["paper"] = self.paper_id
         fields["card_metadata"] = run_card_metadata(trainer)
+        fields["environment"] = {stage: run_environment(trainer.strategy.root_device)}
         fields["model_class"] = f"{type(trainer.lightning_module).__module__}.{type(trainer.lightning_module).__qualname__}"
         update_summary(run_dir, **fields)
         if self.render:

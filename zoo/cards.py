@@ -66,10 +66,27 @@ def _provenance(meta: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _environment(summary: dict[str, Any]) -> list[str]:
+    """Where the numbers were measured: the same config and seed repeat them exactly only in a matching
+    environment (code, libraries, device, threads)."""
+    env = summary.get("environment") or {}
+    lines = []
+    for stage in _STAGES:
+        e = env.get(stage)
+        if e:
+            device = e.get("gpu") or e.get("cpu") or "unknown device"
+            commit = e.get("zoo_commit") or ""
+            code = (f"zoo `{commit[:12]}`{' with uncommitted changes' if commit.endswith('+dirty') else ''}"
+                    if commit else "zoo (commit not recorded)")
+            lines.append(f"- {stage}: {device}, {e.get('torch_threads')} torch threads; {code}, torch {e.get('torch')}, "
+                         f"Lightning {e.get('lightning')}, Python {e.get('python')}")
+    return ["Environment (seeded runs repeat exactly only where it matches):", "", *lines, ""] if lines else []
+
+
 def _results_section(run_dir: Path, summary: dict[str, Any]) -> str:
     lines = [RESULTS_HEADING, "", *_provenance(summary.get("card_metadata") or {}),
              f"Measured by this run (`{summary.get('config_name', run_dir.name)}`, run dir `{run_dir.name}`); "
-             "produced by the config below, not copied from the paper.", ""]
+             "produced by the config below, not copied from the paper.", "", *_environment(summary)]
     rows = [(stage, k, v) for stage in _STAGES for k, v in sorted((summary.get(stage) or {}).items())]
     if rows:
         lines += ["| stage | metric | value |", "|---|---|---|"]

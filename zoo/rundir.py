@@ -5,7 +5,8 @@
         checkpoints/          last.ckpt (resume) and best-k checkpoints
         logs/<stage>/metrics.csv
         wandb/                the W&B run (offline unless logged in)
-        summary.json          final metrics per stage, paper id, config name: what cards and compare read
+        summary.json          final metrics per stage, paper id, config name, and per stage the environment
+                              that produced them: what cards and compare read
         point.json            only for sweep points: the sweep, the stage and the point's axis values
         README.md             the rendered model card
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import platform
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -94,6 +97,51 @@ def update_summary(run_dir: str | Path, **fields: Any) -> dict[str, Any]:
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
     tmp.replace(path)
     return summary
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _source_commit() -> str | None:
+    """The git commit of the zoo checkout this code runs from (None outside one, e.g. an installed wheel)."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+
+
+def run_environment(device: Any = None) -> dict[str, Any]:
+    """What a run's numbers depend on beyond its config and seed: the code, the library builds, the device and the
+    CPU threads. Seeded training repeats to the bit only where all of these match (a float reduction order differs
+    with the thread count or the CPU's vector unit, and training amplifies it), so every stage records them."""
+    import lightning
+    import numpy
+    import torch
+
+    env: dict[str, Any] = {"zoo_commit": _source_commit(), "python": platform.python_version(),
+                           "torch": torch.__version__, "lightning": lightning.__version__, "numpy": numpy.__version__,
+                           "torch_threads": torch.get_num_threads(), "cpu": _cpu_model()}
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda" and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["cuda"] = torch.version.cuda
+    return env
 
 
 POINT = "point.json"

@@ -65,6 +65,27 @@ def test_fit_then_test_writes_a_complete_run_dir(in_tmp, toy_config, capsys):
     assert "toy" in front["tags"]
 
 
+def test_each_stage_records_the_environment_of_its_numbers(in_tmp, toy_config):
+    """Seeded runs repeat to the bit only in a matching environment: each stage's summary says which one (code
+    commit, library versions, device, torch threads), and the card shows it."""
+    import lightning
+    import torch
+
+    run = _fit(toy_config)
+    assert main(["test", "--config", str(toy_config), "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 0
+    env = json.loads((run / "summary.json").read_text())["environment"]
+    assert set(env) == {"fit", "test"}
+    for e in env.values():
+        assert e["torch"] == torch.__version__ and e["lightning"] == lightning.__version__
+        assert e["torch_threads"] == torch.get_num_threads() and e["cpu"]
+    repo = Path(__file__).resolve().parents[2]
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    if head.returncode == 0:  # the tests run from a git checkout (CI's clean clone is one)
+        assert env["fit"]["zoo_commit"].split("+")[0] == head.stdout.strip()
+    card = (run / "README.md").read_text()
+    assert f"torch {torch.__version__}" in card and "torch threads" in card
+
+
 def test_two_runs_of_one_config_never_collide(in_tmp, toy_config):
     a = _fit(toy_config)
     b = _fit(toy_config)
