@@ -3,13 +3,14 @@
 Read top-down: `nets` (MLPM, both players), `kde` (the KDE CDFs F̂_i of the fit term), `neighbours` (MST partner
 j(i) and the official assignment), `entropic` (the semi-dual OT term R_i), `gda` (smoothed gradient
 descent-ascent), `metrics` (WD/KS), `simulators` (toy1, toy2, ECM), `baselines` (CWGAN networks), `module`
-(Lightning: GENTLE and baselines).
+(Lightning: GENTLE and baselines), `mgan` (the monotone-GAN baseline).
 """
 
 from zoo.gentle.entropic import c_transform, debiased_semi_dual, ground_cost, self_transport, semi_dual
 from zoo.gentle.gda import make_anchors, proximal_penalty, smoothed_gda_step, update_anchors
 from zoo.gentle.kde import interpolate_cdf, kde_cdf_table
 from zoo.gentle.metrics import conditional_scores
+from zoo.gentle.mgan import MGANModule
 from zoo.gentle.module import (
     ConditionalGeneratorModule,
     CWGANModule,
@@ -25,6 +26,7 @@ __all__ = [
     "CWGANModule",
     "ConditionalGeneratorModule",
     "GENTLEModule",
+    "MGANModule",
     "NearestNeighboursModule",
     "PooledMarginalModule",
     "c_transform",
