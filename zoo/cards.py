@@ -67,8 +67,8 @@ def _provenance(meta: dict[str, Any]) -> list[str]:
 
 
 def _environment(summary: dict[str, Any]) -> list[str]:
-    """Where the numbers were measured: the same config and seed repeat them exactly only in a matching
-    environment (code, libraries, device, threads)."""
+    """Where the numbers were measured: code, libraries, device and threads all change float reductions, and with
+    them what a seeded run produces."""
     env = summary.get("environment") or {}
     lines = []
     for stage in _STAGES:
@@ -80,7 +80,8 @@ def _environment(summary: dict[str, Any]) -> list[str]:
                     if commit else "zoo (commit not recorded)")
             lines.append(f"- {stage}: {device}, {e.get('torch_threads')} torch threads; {code}, torch {e.get('torch')}, "
                          f"Lightning {e.get('lightning')}, Python {e.get('python')}")
-    return ["Environment (seeded runs repeat exactly only where it matches):", "", *lines, ""] if lines else []
+    return ["Environment (the same config and seed can give other numbers in another one):", "", *lines, ""] \
+        if lines else []
 
 
 def _results_section(run_dir: Path, summary: dict[str, Any]) -> str:
