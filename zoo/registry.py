@@ -232,7 +232,7 @@ PAPERS: dict[str, Paper] = {
                      "zoo.gentle.NearestNeighboursModule", "zoo.gentle.MGANModule"),
             datamodules=("datamodules.conditional.ConditionalDataModule",),
             configs=("gentle_toy1", "gentle_toy1_no_ot", "gentle_toy1_marginal", "gentle_toy1_cwgan", "gentle_toy1_knn",
-                     "gentle_toy1_mgan", "gentle_toy1_mgan_select", "gentle_toy2",
+                     "gentle_toy1_mgan", "gentle_toy2",
                      "gentle_cps", "gentle_cps_cwgan", "gentle_cps_mgan", "gentle_ecm", "gentle_ecm_cwgan"),
             sweeps=("gentle_toy1", "gentle_toy1_confirm", "gentle_toy1_select", "gentle_toy1_reconfirm",
                     "gentle_toy1_long", "gentle_toy1_fresh", "gentle_toy1_sinkhorn", "gentle_toy1_sinkhorn_fresh",
