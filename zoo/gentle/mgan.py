@@ -52,16 +52,18 @@ class MGANModule(ConditionalGeneratorModule):
     * the covariates the generator sees are a fresh draw without replacement from the training rows (the official
       ``next(iter(ydata_loader))``: a new shuffle's first batch), independent of the real batch;
     * the monotone term pairs two *different* covariates x̃_i ≠ x̃'_i, i.e. it asks the joint map T(x, z2) =
-      (x, F(z2, x)) to be monotone, not F(·, x) at each fixed x. Its covariate block ‖x̃ - x̃'‖² is a constant
-      the loss leaves out; the official "percent monotone" diagnostic adds it back (``train/monotone``, the
-      fraction of pairs with ⟨T(z) - T(z'), z - z'⟩ ≥ 0); ``train/monotone_outcome`` is the fraction without it;
+      (x, F(z2, x)) to be monotone, not F(·, x) at each fixed x. The term is linear in F and z2' is independent and
+      centred, so its expectation is 2 E⟨F(z), z2⟩ with either pairing: pairing different covariates adds variance,
+      not bias. Its covariate block ‖x̃ - x̃'‖² is a constant the loss leaves out; the official "percent monotone"
+      diagnostic adds it back (``train/monotone``, the fraction of pairs with ⟨T(z) - T(z'), z - z'⟩ ≥ 0);
+      ``train/monotone_outcome`` is the fraction without it;
     * the discriminator's fake rows are the generator's draws from *before* its step (the official ``Fz.detach()``);
     * both learning rates decay by ``lr_decay`` once per epoch (official StepLR with step_size = batches per epoch,
       stepped every batch).
 
     Deviations: the official loader drops a last partial batch; ours trains on it (none at toy1 200 x 5, batch 100).
     The official diagnostic divides the batches' sum by ceil(n_train / batch) with its default n_train = 10000
-    whatever the data size; ours is the mean over the epoch's batches.
+    whatever the data size; ours is logged for every batch.
 
     Args:
         x_dim: number of covariates (toy1 3, cps 9).
