@@ -245,8 +245,8 @@ PAPERS: dict[str, Paper] = {
                     "gentle_toy2_n1", "gentle_toy1_released", "gentle_toy1_b500", "gentle_toy1_fullbatch",
                     "gentle_toy1_power", "gentle_toy1_knn", "gentle_toy1_knn_fresh",
                     "gentle_toy1_mgan", "gentle_toy1_mgan_select",
-                    "gentle_cps", "gentle_cps_seeds", "gentle_cps_debias", "gentle_cps_mgan", "gentle_ecm",
-                    "gentle_ecm_grid"),
+                    "gentle_cps", "gentle_cps_seeds", "gentle_cps_debias", "gentle_cps_mgan", "gentle_cps_long",
+                    "gentle_ecm", "gentle_ecm_grid"),
         ),
         Paper(
             "bggn",
