@@ -3,10 +3,25 @@
 import os
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 
+from datamodules.conditional import ConditionalDataModule
 from zoo.gentle.entropic import semi_dual
+
+
+def tiny_data(**kw):
+    """A tiny seeded toy1 datamodule (12 covariates x 3 draws) for the module tests."""
+    base = {"dataset": "toy1", "n_train_covariates": 12, "n_train_samples": 3, "n_val_covariates": 2,
+            "n_test_covariates": 3, "n_eval_draws": 30, "batch_size": 12}
+    return ConditionalDataModule(**{**base, **kw})
+
+
+def trainer(**kw):
+    """A quiet CPU Trainer: no logger, checkpoints, progress bar, summary or sanity check."""
+    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, num_sanity_val_steps=0, **kw)
 
 
 def maximise_semi_dual(a, b, eps, term=semi_dual):

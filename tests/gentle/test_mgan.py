@@ -15,16 +15,12 @@ from zoo.errors import ZooError
 from zoo.gentle import MGANModule
 from zoo.gentle.mgan import lsgan_discriminator_loss, lsgan_generator_loss, monotone_term
 
-
-def tiny_data(**kw):
-    base = {"dataset": "toy1", "n_train_covariates": 12, "n_train_samples": 3, "n_val_covariates": 2,
-            "n_test_covariates": 3, "n_eval_draws": 30, "batch_by": "row", "batch_size": 18}
-    return ConditionalDataModule(**{**base, **kw})
+from .conftest import tiny_data, trainer
 
 
-def trainer(**kw):
-    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, num_sanity_val_steps=0, **kw)
+def tiny_rows(**kw):
+    """The module tests' tiny toy1 data, in batches of 18 training rows (36 rows: 2 batches an epoch)."""
+    return tiny_data(**{"batch_by": "row", "batch_size": 18, **kw})
 
 
 class RecordingMGAN(MGANModule):
@@ -83,7 +79,7 @@ def test_two_lightning_steps_are_the_hand_computed_updates():
     model = RecordingMGAN(x_dim=3, monotone_param=c, n_eval_samples=10)
     start, initial = copy.deepcopy(model), copy.deepcopy(model)
     t = trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0)
-    t.fit(model, datamodule=tiny_data())  # 36 rows, batches of 18
+    t.fit(model, datamodule=tiny_rows())  # 36 rows, batches of 18
     assert len(model.batches) == 2 and len(model.draws) == 4
     gen, disc = list(start.generator.parameters()), list(start.discriminator.parameters())
     state_g, state_d = {}, {}
@@ -168,7 +164,7 @@ def test_learning_rates_decay_once_per_epoch():
 
     L.seed_everything(3, verbose=False)
     model = MGANModule(x_dim=3, n_eval_samples=10)
-    trainer(max_epochs=3, limit_val_batches=0, callbacks=[LrLog()]).fit(model, datamodule=tiny_data())
+    trainer(max_epochs=3, limit_val_batches=0, callbacks=[LrLog()]).fit(model, datamodule=tiny_rows())
     assert len(seen) == 6  # 2 batches an epoch
     for epoch, lrs in seen:
         assert lrs == pytest.approx((2e-4 * 0.995**epoch,) * 2, rel=1e-12)
@@ -178,7 +174,7 @@ def test_learning_rates_decay_once_per_epoch():
 
 def test_samples_are_destandardised_and_the_hub_round_trip_keeps_them(tmp_path):
     L.seed_everything(4, verbose=False)
-    dm = tiny_data()
+    dm = tiny_rows()
     model = MGANModule(x_dim=3, n_eval_samples=50)
     t = trainer(max_epochs=1)
     t.fit(model, datamodule=dm)
@@ -206,6 +202,6 @@ def test_one_line_errors():
     with pytest.raises(ZooError, match="MGAN lr_decay=1.5 is not allowed"):
         MGANModule(lr_decay=1.5)
     with pytest.raises(ZooError, match="set data.init_args.batch_by: row"):
-        trainer(max_steps=1).fit(MGANModule(x_dim=3), datamodule=tiny_data(batch_by="covariate"))
+        trainer(max_steps=1).fit(MGANModule(x_dim=3), datamodule=tiny_rows(batch_by="covariate"))
     with pytest.raises(ZooError, match="at least 5 training rows"):
         MGANModule(x_dim=3).draw_reference(5)

@@ -6,21 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.conditional import ConditionalDataModule
 from zoo.errors import ZooError
 from zoo.gentle import CWGANModule, GENTLEModule, NearestNeighboursModule, PooledMarginalModule
 from zoo.gentle.nets import MLPM
 
-
-def tiny_data(**kw):
-    base = {"dataset": "toy1", "n_train_covariates": 12, "n_train_samples": 3, "n_val_covariates": 2,
-            "n_test_covariates": 3, "n_eval_draws": 30, "batch_size": 12}
-    return ConditionalDataModule(**{**base, **kw})
-
-
-def trainer(**kw):
-    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, num_sanity_val_steps=0, **kw)
+from .conftest import tiny_data, trainer
 
 
 def test_mlpm_layout_and_initialisation():
