@@ -56,3 +56,19 @@ def _differs(a: Any, b: Any) -> bool:
         return float(a) != float(b)
     except (TypeError, ValueError):
         return str(a) != str(b)
+
+
+def check_trainable(class_path: str, subcommand: str) -> None:
+    """`zoo fit` on an evaluation-only module (CRUXEval, minnorm, DPO-Diff, cluster deletion) would fail deep in
+    Lightning ("No `training_step()` method defined"), after loading its base model; say which verb it takes."""
+    if subcommand != "fit" or "." not in class_path:
+        return
+    import importlib
+
+    import lightning as L
+
+    module, name = class_path.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name, None)
+    if isinstance(cls, type) and issubclass(cls, L.LightningModule) and \
+            cls.training_step is L.LightningModule.training_step:
+        raise ZooError(f"{name} is evaluation only (it has no training step): run it with `zoo test`, not `zoo fit`")

@@ -133,3 +133,11 @@ def test_model_index_metric_types_are_readable_with_the_split_apart():
     assert results[0].dataset_name == "embedded: seeded graphs" and results[0].dataset_type == "zoo-embedded"
     fit_only = eval_results({"fit": {"train/loss": 0.25}}, ModelCardData())
     assert [(r.metric_type, r.dataset_split) for r in fit_only] == [("loss", "train")]
+
+
+@pytest.mark.parametrize("config", ["clusterdel_smallgraphs", "minnorm_gaussian"])
+def test_fit_on_an_evaluation_only_paper_names_the_verb_it_takes(in_tmp, capsys, config):
+    root = Path(__file__).resolve().parents[2]
+    assert main(["fit", "--config", str(root / "configs" / "smoke" / f"{config}.yaml"), "--wandb_mode", "disabled"]) == 2
+    assert "is evaluation only (it has no training step): run it with `zoo test`" in _one_error(capsys)
+    assert not Path("runs").exists(), "a refused run left a run dir behind"
