@@ -93,7 +93,13 @@ class BiasClassifierModule(HubMixin, L.LightningModule):
             import torchvision
 
             weights = torchvision.models.ResNet18_Weights.IMAGENET1K_V1 if pretrained_backbone else None
-            net = torchvision.models.resnet18(weights=weights)
+            try:
+                net = torchvision.models.resnet18(weights=weights)
+            except OSError as e:  # offline: torchvision downloads into torch.hub's cache and raises URLError
+                raise ZooError(
+                    f"ResNet18 ImageNet weights are not in torch's cache ({type(e).__name__}: {e}); fetch "
+                    f"{weights.url} once into {torch.hub.get_dir()}/checkpoints/ or set "
+                    "model.init_args.pretrained_backbone: false") from e
             net.fc = nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 1))
             self.net = net
         elif backbone == "mlp":
