@@ -130,6 +130,9 @@ class PDEDataModule(SplitLoaders, L.LightningDataModule):
             if path.exists():
                 rank_zero_info(f"[pde] reusing cached {path}")
                 return load_dataset(path)
+        # at paper scale this takes minutes to hours (GMRES at 62,500 unknowns): say so before the wait
+        rank_zero_info(f"[pde] generating {n} {hp.problem} samples by {method} on a {hp.grid_size}x{hp.grid_size} "
+                       f"grid" + (f" (cached in {path} for later runs)" if path is not None else ""))
         data = generate(hp.problem, method, n, hp.grid_size, **kw)
         rank_zero_info(f"[pde] generated {n} {hp.problem} samples by {method} in {data.meta['time_total_s']:.2f} s")
         if path is not None:
