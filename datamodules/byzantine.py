@@ -31,6 +31,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
+from zoo.backbones import timm_model
 from zoo.errors import ZooError
 
 FeatureSource = Literal["torchvision", "rdata", "npz", "digits"]
@@ -137,14 +138,8 @@ def resnet18_features(images: torch.Tensor, weights: Optional[str], image_size: 
     ``weights``: a timm name such as ``resnet18.tv_in1k`` (torchvision's ImageNet weights on the Hub), loaded from
     the HF cache; None = random initialisation (tests only). Grey images are repeated to 3 channels, resized to
     ``image_size`` and normalised with the weights' mean/std."""
-    import timm
-
     name = weights or "resnet18"
-    try:
-        net = timm.create_model(name, pretrained=weights is not None, num_classes=0)
-    except Exception as e:  # noqa: BLE001 - missing weights surface as several hub/OS error types
-        raise ZooError(f"ResNet18 weights {weights!r} are not available ({type(e).__name__}: {e}); fetch them once "
-                       f"with `huggingface-cli download timm/{weights}` or use source=rdata/npz") from e
+    net = timm_model(name, weights is not None, fallback="use source=rdata/npz", num_classes=0)
     cfg = net.pretrained_cfg
     mean = torch.tensor(cfg.get("mean", (0.485, 0.456, 0.406))).view(1, 3, 1, 1)
     std = torch.tensor(cfg.get("std", (0.229, 0.224, 0.225))).view(1, 3, 1, 1)

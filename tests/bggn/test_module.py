@@ -2,13 +2,12 @@
 earlier run is refused in one line."""
 
 from types import SimpleNamespace
-from urllib.error import URLError
 
 import pytest
 import torch
 
 from datamodules.intersectional import BiasTableDataModule
-from zoo.bggn import BGGNModule, BiasClassifierModule, BiasPredictorModule, VAEModule
+from zoo.bggn import BGGNModule, BiasPredictorModule, VAEModule
 from zoo.errors import ZooError
 
 TINY = dict(d=6, latent_dim=4, hidden_dim=8, predictor_hidden_dim=8, predictor_feature_dim=8)
@@ -56,16 +55,3 @@ def test_wrong_earlier_run_is_refused(tmp_path):
         m._trainer = SimpleNamespace(datamodule=_dm())
         m.setup("fit")
 
-
-def test_missing_imagenet_weights_offline_is_one_line(monkeypatch, tmp_path):
-    import torchvision.models._api as api
-
-    def offline(url, *args, **kwargs):
-        raise URLError("[Errno -2] Name or service not known")
-
-    monkeypatch.setattr(api, "load_state_dict_from_url", offline)  # what torchvision meets without a network
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    with pytest.raises(ZooError, match=r"ResNet18 ImageNet weights are not in torch's cache .*resnet18-.*\.pth once "
-                                       r"into .*checkpoints/ or set model.init_args.pretrained_backbone: false"):
-        BiasClassifierModule(backbone="resnet18", pretrained_backbone=True)
-    assert BiasClassifierModule(backbone="resnet18", pretrained_backbone=False).net.fc[0].in_features == 512

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 
+from zoo.backbones import torchvision_model
 from zoo.bggn.bias import codes, decode, group_bias, one_hot, write_bias_table
 from zoo.bggn.metrics import evaluate_generation
 from zoo.bggn.networks import BiasPredictor, Decoder, Encoder
@@ -93,13 +94,7 @@ class BiasClassifierModule(HubMixin, L.LightningModule):
             import torchvision
 
             weights = torchvision.models.ResNet18_Weights.IMAGENET1K_V1 if pretrained_backbone else None
-            try:
-                net = torchvision.models.resnet18(weights=weights)
-            except OSError as e:  # offline: torchvision downloads into torch.hub's cache and raises URLError
-                raise ZooError(
-                    f"ResNet18 ImageNet weights are not in torch's cache ({type(e).__name__}: {e}); fetch "
-                    f"{weights.url} once into {torch.hub.get_dir()}/checkpoints/ or set "
-                    "model.init_args.pretrained_backbone: false") from e
+            net = torchvision_model("resnet18", weights, fallback="set model.init_args.pretrained_backbone: false")
             net.fc = nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 1))
             self.net = net
         elif backbone == "mlp":

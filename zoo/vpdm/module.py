@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Literal, Optional, Sequence
 
 import lightning as L
-import timm
 import torch
 from torch import nn
 
+from zoo.backbones import timm_model
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.vpdm.diffusion import ConditionalDenoiser, build_scheduler, diffusion_loss, partial_denoise, sampling_scheduler
@@ -34,11 +34,8 @@ class FeatureExtractor(nn.Module):
         super().__init__()
         if norm not in ("token", "channel"):
             raise ZooError(f"feature_norm {norm!r} is not one of 'token', 'channel'")
-        try:
-            self.net = timm.create_model(backbone, pretrained=pretrained, features_only=True,
-                                         out_indices=tuple(out_indices))
-        except RuntimeError as e:
-            raise ZooError(f"timm backbone {backbone!r} could not be built ({e})") from e
+        self.net = timm_model(backbone, pretrained, fallback="set model.init_args.pretrained: false",
+                              features_only=True, out_indices=tuple(out_indices))
         self.feature_size = feature_size
         self.dim = sum(self.net.feature_info.channels())
         for p in self.net.parameters():
