@@ -48,13 +48,16 @@ Set ZOO_DEBUG=1 to see tracebacks instead of one-line errors.
 def one_line(exc: BaseException) -> str:
     """A multi-line library message as one line, by its layout alone (no wording is matched): jsonargparse nests
     causes by indentation, so the line is the message's first line followed by the path down to its most deeply
-    nested line (the innermost cause, e.g. 'Option 'hiden' is not accepted'); sibling branches are left out."""
+    nested line (the innermost cause, e.g. 'Option 'hiden' is not accepted'); sibling branches are left out. A
+    message without nesting keeps all its lines."""
     lines = [(len(ln) - len(ln.lstrip()), ln.strip()) for ln in str(exc).splitlines() if ln.strip()]
     if not lines:
         return type(exc).__name__
     if len(lines) == 1:
         return lines[0][1]
     deepest = max(range(len(lines)), key=lambda k: (lines[k][0], -k))
+    if deepest == 0:  # no nesting (e.g. a library's message plus a hint line): every line, once
+        return " ".join(text for _, text in lines)
     path, indent = [lines[deepest][1]], lines[deepest][0]
     for ind, text in reversed(lines[1:deepest]):
         if ind < indent:

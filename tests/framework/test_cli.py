@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zoo.cli import main
+from zoo.cli import main, one_line
 
 
 def _fit(toy_config, *extra):
@@ -206,3 +206,12 @@ def test_compare_reads_a_wandb_project(monkeypatch, in_tmp, capsys):
     assert out[0] == "run,model.lr,val/loss"
     assert out[1] == "a,0.1,0.5" and out[2] == "b,0.01,0.7"
     assert Path("w.png").stat().st_size > 0
+
+
+def test_one_line_keeps_a_flat_message_once_and_follows_a_nested_one_to_its_cause():
+    flat = ValueError("cannot load 'x/y' from the Hub or its cache\nCheck your connection or set HF_HUB_OFFLINE=1.")
+    assert one_line(flat) == "cannot load 'x/y' from the Hub or its cache Check your connection or set HF_HUB_OFFLINE=1."
+    nested = ValueError("Parser key \"model\":\n  Does not validate:\n    - Option 'hiden' is not accepted\n"
+                        "  Other branch")
+    assert one_line(nested) == "Parser key \"model\": Does not validate: Option 'hiden' is not accepted"
+    assert one_line(ValueError("")) == "ValueError"
