@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,38 @@ def check_learning_rates(model_init_args: dict[str, Any]) -> None:
         if (name == "lr" or name.endswith("_lr") or name.startswith("lr_")) and isinstance(value, (int, float)) \
                 and not isinstance(value, bool) and value < 0:
             raise ZooError(f"model.init_args.{key} = {value} is a negative learning rate")
+
+
+# Integer settings that count or size something, by name (n_layers, num_heads, batch_size, d_model, r, top_k, ...);
+# n_jobs is not one: -1 is joblib's "every core".
+COUNT_NAME = re.compile(
+    r"^(?!n_jobs$)(\w+_)?(n|num|max)_\w+$|^\w+_(size|dim|len|length|width|depth|layers|heads|steps|epochs|iterations|"
+    r"samples|workers|features|channels|modes|groups|batches|tokens|rows|count|points|draws|repeats|components|"
+    r"covariates|prototypes|timesteps|users|items|k|every|starts)$|^\w+_per_\w+$|^(d|r|k|size|dim|width|depth|crop|"
+    r"modes|groups|channels|layers|heads|machines|subdivisions|stride|sparsity|iterations|d_model|d_ff|d_kv)$")
+SEED_NAME = re.compile(r"^(\w+_)?seed(_\w+)?$")
+DROPOUT_NAME = re.compile(r"^(\w+_)?dropout(_\w+)?$")
+SANDBOX_LIMIT_NAME = re.compile(r"^(cpu_seconds|wall_timeout|memory_mb)$")
+
+
+def check_ranges(group: str, init_args: dict[str, Any]) -> None:
+    """Settings of `group` (model or data) outside the range their name implies are refused before anything is
+    built: a negative count, size or seed would fail deep inside torch or numpy ("Trying to create tensor with
+    negative dimension"), wrapped by jsonargparse in a traceback, or for some (a loop or layer count, PEFT's
+    dropout) run without a word; a non-positive sandbox limit would reach setrlimit only when the first program
+    runs, mid-run."""
+    for key, value in flatten(init_args).items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        name, where = key.rsplit(".", 1)[-1], f"{group}.init_args.{key} = {value}"
+        if isinstance(value, int) and value < 0 and COUNT_NAME.match(name):
+            raise ZooError(f"{where}: a count or size cannot be negative")
+        if isinstance(value, int) and value < 0 and SEED_NAME.match(name):
+            raise ZooError(f"{where}: seeds are non-negative integers (numpy's rule)")
+        if DROPOUT_NAME.match(name) and not 0 <= value <= 1:
+            raise ZooError(f"{where}: a dropout probability lies in [0, 1]")
+        if SANDBOX_LIMIT_NAME.match(name) and not value > 0:
+            raise ZooError(f"{where}: sandbox limits must be positive")
 
 
 def check_resume_settings(requested: dict[str, Any], restored: dict[str, Any], ckpt: str) -> None:

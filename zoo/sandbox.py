@@ -1065,7 +1065,11 @@ class Sandbox:
             raise RuntimeError("zoo.sandbox needs Linux (rlimits, namespaces)")
         if (workers < 1 or cpu_seconds <= 0 or wall_timeout <= 0 or memory_mb < 16 or max_output_bytes < 0
                 or max_value_bytes < 0 or tmpfs_mb < 1):
-            raise ValueError("sandbox limits must be positive (workers>=1, memory_mb>=16, tmpfs_mb>=1)")
+            from zoo.errors import ZooError  # a ValueError the CLI prints as one line (a model's sandbox settings)
+
+            raise ZooError(f"sandbox limits must be positive (workers>=1, memory_mb>=16, tmpfs_mb>=1); got workers="
+                           f"{workers}, cpu_seconds={cpu_seconds}, wall_timeout={wall_timeout}, memory_mb={memory_mb}, "
+                           f"max_output_bytes={max_output_bytes}, max_value_bytes={max_value_bytes}, tmpfs_mb={tmpfs_mb}")
         self.limits = _Limits(float(cpu_seconds), int(memory_mb), float(wall_timeout), int(max_output_bytes),
                               int(file_size_mb), int(tmpfs_mb), int(max_open_files), bool(isolate),
                               tuple(preload), tuple(hide_paths), int(max_value_bytes), bool(seccomp),

@@ -17,7 +17,7 @@ from callbacks.last_checkpoint import LastCheckpoint, last_checkpoint_path
 from callbacks.model_card import ModelCardWriter
 from callbacks.nan_guard import NaNGuard
 from callbacks.progress import ZooProgressBar
-from zoo.checks import check_checkpoint, check_learning_rates, check_resume_settings, check_trainable
+from zoo.checks import check_checkpoint, check_ranges, check_learning_rates, check_resume_settings, check_trainable
 from zoo.registry import paper_of_class
 from zoo.rundir import (RUN_DIR_ENV, is_worker_process, new_run_dir, read_point, run_dir_of_checkpoint, stage_dir,
                         update_summary)
@@ -148,6 +148,8 @@ class ZooCLI(LightningCLI):
         cfg = self._cfg()
         model_args = _init_args(cfg.get("model"))
         check_learning_rates(model_args)
+        check_ranges("model", model_args)
+        check_ranges("data", _init_args(cfg.get("data")))
         check_trainable(cfg["model"]["class_path"] if cfg.get("model") else "", self.subcommand)
         if cfg.get("ckpt_path") and self.requested_model is not None:
             check_resume_settings(self.requested_model, model_args, cfg["ckpt_path"])

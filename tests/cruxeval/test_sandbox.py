@@ -238,3 +238,13 @@ def test_syscall_numbers_match_the_kernel_headers(column, header):
     assert {n: nr for n, nr in table.items() if nr is not None} == \
         {n: numbers[n] for n, nr in table.items() if nr is not None}
     assert all(n not in numbers for n, nr in table.items() if nr is None)  # absent on that ABI indeed
+
+
+@pytest.mark.parametrize("limits", [{"cpu_seconds": -1}, {"memory_mb": 0}, {"workers": 0}, {"wall_timeout": 0}])
+def test_a_limit_that_would_lift_containment_is_refused_in_one_line(limits):
+    """RLIMIT_CPU = -1 is RLIM_INFINITY: a negative limit from a config must not reach setrlimit."""
+    from zoo.errors import ZooError
+
+    key, value = next(iter(limits.items()))
+    with pytest.raises(ZooError, match=rf"sandbox limits must be positive .*; got .*{key}={value}"):
+        Sandbox(**limits)

@@ -42,6 +42,8 @@ def bad_files(tmp_path):
     (["--config", "{tmp}/empty.yaml"], "empty.yaml is empty"),
     (["--model.init_args.lr", "-0.1"], "model.init_args.lr = -0.1 is a negative learning rate"),
     (["--checkpoint_every_n_steps", "0"], "checkpoint_every_n_steps must be a positive number"),
+    (["--data.init_args.batch_size", "-4"], "data.init_args.batch_size = -4: a count or size cannot be negative"),
+    (["--data.init_args.seed", "-1"], "data.init_args.seed = -1: seeds are non-negative integers"),
 ])
 def test_bad_inputs_are_one_line_errors_and_leave_no_run_dir(in_tmp, toy_config, bad_files, capsys, extra, needle):
     if "truncated" in extra[-1]:
@@ -141,3 +143,22 @@ def test_fit_on_an_evaluation_only_paper_names_the_verb_it_takes(in_tmp, capsys,
     assert main(["fit", "--config", str(root / "configs" / "smoke" / f"{config}.yaml"), "--wandb_mode", "disabled"]) == 2
     assert "is evaluation only (it has no training step): run it with `zoo test`" in _one_error(capsys)
     assert not Path("runs").exists(), "a refused run left a run dir behind"
+
+
+def test_range_check_reads_names_nested_settings_and_leaves_sentinels_alone():
+    from zoo.checks import check_ranges
+    from zoo.errors import ZooError
+
+    for name in ("n_layers", "num_heads", "d_model", "r", "max_len", "hidden_dim", "points_per_node", "eval_seed",
+                 "embedded_n_train", "top_k", "diagnostic_every", "synthetic_users"):
+        with pytest.raises(ZooError, match=rf"model.init_args.{name} = -1: "):
+            check_ranges("model", {name: -1})
+    with pytest.raises(ZooError, match=r"model.init_args.t5_config.num_layers = -2: a count or size"):
+        check_ranges("model", {"t5_config": {"num_layers": -2, "d_model": 8}})
+    with pytest.raises(ZooError, match=r"model.init_args.lora_dropout = -0.5: a dropout probability lies in \[0, 1\]"):
+        check_ranges("model", {"lora_dropout": -0.5})
+    with pytest.raises(ZooError, match=r"model.init_args.cpu_seconds = 0: sandbox limits must be positive"):
+        check_ranges("model", {"cpu_seconds": 0})
+    # joblib's n_jobs=-1 (every core), a sentinel like nan_at_step=-1, indices, floats and zero pass
+    check_ranges("model", {"n_jobs": -1, "nan_at_step": -1, "feature_index": -1, "shift": -3, "strength": -1.0,
+                           "n_val": 0, "flag": False, "dropout": 1.0, "cpu_seconds": 0.5})
