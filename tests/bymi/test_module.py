@@ -83,6 +83,8 @@ def test_hub_round_trip_keeps_theta0(tmp_path):
     (dict(methods=("median",)), "unknown method 'median'"),
     (dict(methods=("bymi_oracle",)), "known only in the location simulation"),
     (dict(eps=0.6), "eps must lie in"),
+    ({"alpha": -1.0}, r"alpha is the target FDR, a level in \(0, 1\); got -1.0"),
+    ({"alpha": 1.0}, "alpha is the target FDR"),
     (dict(model="mlp"), "unknown model 'mlp'"),
 ])
 def test_bad_settings(kwargs, message):

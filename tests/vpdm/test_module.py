@@ -90,6 +90,8 @@ def test_refusals():
         VPDMModule(**{**TINY, "feature_norm": "batch"})
     with pytest.raises(ZooError, match="num_samples must be >= 1"):
         VPDMModule(**{**TINY, "num_samples": 0})
+    with pytest.raises(ZooError, match=r"strength must be in \[0, 1\], got -0.5"):
+        VPDMModule(**{**TINY, "strength": -0.5})
     with pytest.raises(ZooError, match="num_prototypes must be >= 1"):
         VPDMModule(**{**TINY, "num_prototypes": 0})
     with pytest.raises(ZooError, match="condition 'raw'"):

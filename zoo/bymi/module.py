@@ -87,6 +87,8 @@ class ByMIExperiment(HubMixin, L.LightningModule):
                 raise ZooError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
         if model == "logistic" and "bymi_oracle" in methods:
             raise ZooError("bymi_oracle needs the true mean gradient, known only in the location simulation")
+        if not 0 < alpha < 1:
+            raise ZooError(f"alpha is the target FDR, a level in (0, 1); got {alpha}")
         if not 0 <= eps < 0.5:
             raise ZooError(f"the Byzantine share eps must lie in [0, 0.5), got {eps}")
         if lr <= 0 or patience < 0:

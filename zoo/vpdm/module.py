@@ -124,6 +124,8 @@ class VPDMModule(HubMixin, L.LightningModule):
             raise ZooError(f"num_prototypes must be >= 1, got {num_prototypes}")
         if num_samples < 1:
             raise ZooError(f"num_samples must be >= 1, got {num_samples}")
+        if not 0 <= strength <= 1:  # checked again at test time (partial_denoise); refuse it before training
+            raise ZooError(f"strength must be in [0, 1], got {strength}")
         if condition not in ("prototype", "input"):
             raise ZooError(f"condition {condition!r} is not one of 'prototype', 'input'")
         self.features = FeatureExtractor(backbone, pretrained, out_indices, feature_size, feature_norm)
