@@ -110,9 +110,14 @@ def save_state_dict(state: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
-    with safe_open(str(path), framework="pt") as f:
-        state = {k: f.get_tensor(k) for k in f.keys()}
-        aliases = json.loads((f.metadata() or {}).get(ALIASES, "{}"))
+    from safetensors import SafetensorError
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            state = {k: f.get_tensor(k) for k in f.keys()}
+            aliases = json.loads((f.metadata() or {}).get(ALIASES, "{}"))
+    except (SafetensorError, OSError, json.JSONDecodeError) as e:  # truncated, not safetensors, or a bad header
+        raise ZooError(f"{path} is not a readable safetensors file ({e})") from e
     for name, target in aliases.items():
         state[name] = state[target]
     return state
@@ -167,6 +172,12 @@ def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoi
     state = load_state_dict_file(local / WEIGHTS)
     module.prepare_state_dict_load(state)
     strict = getattr(module, "hub_strict", True)
+    own = module.state_dict()
+    reshaped = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if reshaped:  # torch raises on these even with strict=False, in a multi-line RuntimeError
+        k = reshaped[0]
+        raise ZooError(f"weights in {repo_or_dir} do not fit {cls.__name__}: {len(reshaped)} differently shaped "
+                       f"(e.g. {k}: {tuple(state[k].shape)} stored, {tuple(own[k].shape)} expected)")
     missing, unexpected = module.load_state_dict(state, strict=False)
     if strict and (missing or unexpected):
         raise ZooError(f"weights in {repo_or_dir} do not fit {cls.__name__}: missing {missing[:5]}, "

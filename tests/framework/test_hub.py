@@ -7,6 +7,7 @@ tests/conftest.py refuses non-loopback sockets.
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import sys
 from pathlib import Path
@@ -316,6 +317,21 @@ def test_save_pretrained_round_trip(tmp_path):
     torch.save(model.state_dict(), pickled / "pytorch_model.bin")
     with pytest.raises(ZooError, match=r"only pickled weights \(pytorch_model.bin\)"):
         ToyRegressor.from_pretrained(pickled)
+
+
+
+def test_from_pretrained_refuses_broken_or_misfitting_weights_in_one_line(tmp_path):
+    out = ToyRegressor(hidden=5).save_pretrained(tmp_path / "toy")
+    good = (out / "model.safetensors").read_bytes()
+    # weights of another shape: the config asks for hidden=6
+    with pytest.raises(ZooError, match=r"do not fit ToyRegressor: \d+ differently shaped \(e.g. .*: \(5, .*\) stored, "
+                                       r"\(6, .*\) expected\)"):
+        ToyRegressor.from_pretrained(out, hidden=6)
+    # a truncated download, random bytes, an empty file
+    for broken in (good[: len(good) // 2], os.urandom(256), b""):
+        (out / "model.safetensors").write_bytes(broken)
+        with pytest.raises(ZooError, match=r"model.safetensors is not a readable safetensors file \("):
+            ToyRegressor.from_pretrained(out)
 
 
 # -- 4. push of something that is not a run dir -----------------------------------------------------------
