@@ -55,10 +55,13 @@ def local_run(run_dir: Path) -> dict:
 def _csv_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:
     pts = []
     for f in sorted((run_dir / "logs").glob("fit*/metrics.csv")):
-        with f.open() as fh:
-            for row in csv.DictReader(fh):
-                if row.get(metric) not in (None, ""):
-                    pts.append((float(row.get("step") or len(pts)), float(row[metric])))
+        try:
+            with f.open() as fh:
+                for row in csv.DictReader(fh):
+                    if row.get(metric) not in (None, ""):
+                        pts.append((float(row.get("step") or len(pts)), float(row[metric])))
+        except (UnicodeDecodeError, csv.Error, ValueError) as e:  # ValueError: a value that is not a number
+            raise ZooError(f"{f} is not a readable metrics log ({e})") from e
     return pts
 
 

@@ -7,9 +7,16 @@ from typing import Any
 
 import yaml
 
+from zoo.errors import ZooError
+
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    data = yaml.safe_load(Path(path).read_text())
+    """A YAML mapping the zoo wrote or reads (a run's config.yaml, a Hub repo's); a damaged one is a one-line error."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ZooError(f"{path} is not valid YAML" + (f" (line {mark.line + 1})" if mark else f" ({e})")) from e
     return data if isinstance(data, dict) else {}
 
 

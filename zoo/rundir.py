@@ -80,9 +80,23 @@ def stage_dir(run_dir: Path, stage: str) -> Path:
     raise RuntimeError(f"too many {stage} stages in {run_dir}")
 
 
+def read_record(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object the zoo wrote (summary.json, point.json, a sweep's manifest), or {} where there is none; a
+    damaged one (a full disk, a hand edit) is a one-line error naming the file, not a JSONDecodeError."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ZooError(f"{path} is not a readable {what} ({e}); restore it or delete it") from e
+    if not isinstance(data, dict):
+        raise ZooError(f"{path} is not a readable {what} (a JSON {type(data).__name__}, not an object); restore it "
+                       f"or delete it")
+    return data
+
+
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
-    path = Path(run_dir) / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_record(Path(run_dir) / "summary.json", "run summary")
 
 
 def update_summary(run_dir: str | Path, **fields: Any) -> dict[str, Any]:
@@ -149,5 +163,4 @@ POINT = "point.json"
 
 def read_point(run_dir: str | Path) -> dict[str, Any]:
     """A sweep point's identity ({"sweep", "stage", "point", "axes"}), or {} for a run outside any sweep."""
-    path = Path(run_dir) / POINT
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_record(Path(run_dir) / POINT, "sweep point record")

@@ -162,3 +162,38 @@ def test_range_check_reads_names_nested_settings_and_leaves_sentinels_alone():
     # joblib's n_jobs=-1 (every core), a sentinel like nan_at_step=-1, indices, floats and zero pass
     check_ranges("model", {"n_jobs": -1, "nan_at_step": -1, "feature_index": -1, "shift": -3, "strength": -1.0,
                            "n_val": 0, "flag": False, "dropout": 1.0, "cpu_seconds": 0.5})
+
+
+def test_damaged_run_records_are_one_line_errors(in_tmp, toy_config, capsys):
+    run = _fit(toy_config)
+    capsys.readouterr()
+    good = (run / "summary.json").read_text()
+    (run / "summary.json").write_text("{garbage")
+    assert main(["compare", "runs"]) == 2
+    assert "summary.json is not a readable run summary (Expecting property name" in _one_error(capsys)
+    (run / "summary.json").write_text("[1, 2]")
+    assert main(["card", str(run)]) == 2
+    assert "summary.json is not a readable run summary (a JSON list, not an object)" in _one_error(capsys)
+    (run / "summary.json").write_text(good)
+    next(run.glob("logs/fit*/metrics.csv")).write_bytes(b"\x00\x01\xff")
+    assert main(["compare", "runs", "--metric", "train/loss", "--plot_path", "curves.png"]) == 2
+    assert "metrics.csv is not a readable metrics log ('utf-8' codec" in _one_error(capsys)
+    (run / "config.yaml").write_text("model: [\n")
+    assert main(["compare", "runs"]) == 2
+    assert "config.yaml is not valid YAML (line 2)" in _one_error(capsys)
+
+
+def test_a_damaged_task_record_fails_its_task_not_the_sweep(tmp_path, capsys):
+    from zoo.sweep.runner import RESULT, _finish
+
+    class Manifest(dict):
+        def set(self, tid, **fields):
+            self[tid].update(fields)
+
+        def counts(self):
+            return {"done": 0, "failed": 0, "skipped": 0, "running": 0, "pending": 0}
+
+    (tmp_path / RESULT).write_text('{"state": "do')
+    m = Manifest(t={"run_dir": str(tmp_path)})
+    _finish(m, "t", 0)
+    assert m["t"]["state"] == "failed" and "is not a readable sweep task result" in m["t"]["error"]

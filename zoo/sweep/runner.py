@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from zoo.errors import ZooError
-from zoo.rundir import POINT, read_summary
+from zoo.rundir import POINT, read_record, read_summary
 from zoo.sweep.spec import Sweep, Task, cli_args
 
 MANIFEST = "manifest.json"
@@ -174,7 +174,7 @@ class Manifest:
 
     def __init__(self, sweep_dir: Path, sweep: Sweep, tasks: list[Task], commands: dict[str, list[str]]):
         self.path = sweep_dir / MANIFEST
-        old = json.loads(self.path.read_text()) if self.path.exists() else {}
+        old = read_record(self.path, "sweep manifest")
         self.data = {"sweep": sweep.name, "file": sweep.file, "axes": {a.short: list(a.values) for a in sweep.axes},
                      "tasks": {}}
         for t in tasks:
@@ -263,8 +263,11 @@ def run_local(tasks: list[Task], m: Manifest, jobs: int, threads: int) -> None:
 
 def _finish(m: Manifest, tid: str, exitcode: int | None) -> None:
     path = Path(m[tid]["run_dir"]) / RESULT
-    result = json.loads(path.read_text()) if path.exists() else {
-        "state": "failed", "error": f"the task process died (exit code {exitcode})"}
+    try:
+        result = read_record(path, "sweep task result") or {
+            "state": "failed", "error": f"the task process died (exit code {exitcode})"}
+    except ZooError as e:  # one damaged task record fails that task, not the sweep
+        result = {"state": "failed", "error": str(e)}
     m.set(tid, state=result["state"], error=result.get("error"), finished=time.time())
     progress(m, f"{result['state']} {tid}" + (f": {result['error']}" if result.get("error") else ""))
 
