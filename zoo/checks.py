@@ -69,6 +69,14 @@ def check_ranges(group: str, init_args: dict[str, Any]) -> None:
             raise ZooError(f"{where}: sandbox limits must be positive")
 
 
+def check_checkpoint_class(requested: str | None, restored: str | None, ckpt: str) -> None:
+    """Lightning takes the model class from the checkpoint's hyper-parameters: another paper's (or another
+    module's) checkpoint would build that model and meet this config's data deep inside a hook."""
+    if requested and restored and requested != restored:
+        raise ZooError(f"{ckpt} holds a {restored.rsplit('.', 1)[-1]} ({restored}), but the config builds "
+                       f"{requested}; use that run's own config, or a checkpoint of this model")
+
+
 def check_resume_settings(requested: dict[str, Any], restored: dict[str, Any], ckpt: str) -> None:
     """Lightning rebuilds a module from the checkpoint's hyper-parameters, silently overriding the command's: a
     setting the command changes would be ignored. Refuse it, naming each key. A requested None is a setting the

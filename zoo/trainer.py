@@ -17,10 +17,24 @@ from callbacks.last_checkpoint import LastCheckpoint, last_checkpoint_path
 from callbacks.model_card import ModelCardWriter
 from callbacks.nan_guard import NaNGuard
 from callbacks.progress import ZooProgressBar
-from zoo.checks import check_checkpoint, check_ranges, check_learning_rates, check_resume_settings, check_trainable
+from zoo.checks import (
+    check_checkpoint,
+    check_checkpoint_class,
+    check_learning_rates,
+    check_ranges,
+    check_resume_settings,
+    check_trainable,
+)
 from zoo.registry import paper_of_class
-from zoo.rundir import (RUN_DIR_ENV, is_worker_process, new_run_dir, read_point, run_dir_of_checkpoint, stage_dir,
-                        update_summary)
+from zoo.rundir import (
+    RUN_DIR_ENV,
+    is_worker_process,
+    new_run_dir,
+    read_point,
+    run_dir_of_checkpoint,
+    stage_dir,
+    update_summary,
+)
 
 
 class RunDirConfig(SaveConfigCallback):
@@ -51,6 +65,10 @@ def _init_args(model: Any) -> dict[str, Any]:
         return {}
     model = model.clone().as_dict() if isinstance(model, Namespace) else dict(model)
     return dict(model.get("init_args") or model.get("dict_kwargs") or {})
+
+
+def _class_path(model: Any) -> str | None:
+    return model.get("class_path") if model is not None and hasattr(model, "get") else None
 
 
 def wandb_id(name: str) -> str:
@@ -134,11 +152,12 @@ class ZooCLI(LightningCLI):
         super().parse_arguments(parser, args)
         sub = self.config.get("subcommand")
         cfg = self.config.get(sub) if sub else None
-        self.requested_model = None
+        self.requested_model, self.requested_class = None, None
         if cfg is not None:
             check_checkpoint(cfg.get("ckpt_path"))
             # before Lightning replaces the model's settings with the checkpoint's (see before_instantiate_classes)
             self.requested_model = _init_args(cfg.get("model"))
+            self.requested_class = _class_path(cfg.get("model"))
 
     # -- run directory -------------------------------------------------------------------------------
     def _cfg(self) -> Any:
@@ -152,6 +171,7 @@ class ZooCLI(LightningCLI):
         check_ranges("data", _init_args(cfg.get("data")))
         check_trainable(cfg["model"]["class_path"] if cfg.get("model") else "", self.subcommand)
         if cfg.get("ckpt_path") and self.requested_model is not None:
+            check_checkpoint_class(self.requested_class, _class_path(cfg.get("model")), cfg["ckpt_path"])
             check_resume_settings(self.requested_model, model_args, cfg["ckpt_path"])
         configs = cfg.get("config") or []
         stem = cfg.get("run_name") or (Path(str(configs[-1])).stem if configs else None)

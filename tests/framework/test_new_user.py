@@ -197,3 +197,12 @@ def test_a_damaged_task_record_fails_its_task_not_the_sweep(tmp_path, capsys):
     m = Manifest(t={"run_dir": str(tmp_path)})
     _finish(m, "t", 0)
     assert m["t"]["state"] == "failed" and "is not a readable sweep task result" in m["t"]["error"]
+
+
+def test_a_checkpoint_of_another_model_is_refused_by_name(in_tmp, toy_config, capsys):
+    last = _fit(toy_config) / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    other = Path(__file__).resolve().parents[2] / "configs" / "smoke" / "gentle_toy1.yaml"
+    assert main(["test", "--config", str(other), "--ckpt_path", str(last), "--wandb_mode", "disabled"]) == 2
+    assert (f"{last} holds a ToyRegressor (zoo_toy.ToyRegressor), but the config builds zoo.gentle.GENTLEModule"
+            in _one_error(capsys))
