@@ -163,13 +163,20 @@ class ZooCLI(LightningCLI):
     def _cfg(self) -> Any:
         return self.config[self.subcommand]
 
-    def before_instantiate_classes(self) -> None:
+    def check_settings(self) -> None:
+        """The checks of a command's settings that need nothing built (`zoo sweep` runs them for every point before
+        anything starts)."""
         cfg = self._cfg()
         model_args = _init_args(cfg.get("model"))
         check_learning_rates(model_args)
         check_ranges("model", model_args)
         check_ranges("data", _init_args(cfg.get("data")))
-        check_trainable(cfg["model"]["class_path"] if cfg.get("model") else "", self.subcommand)
+        check_trainable(_class_path(cfg.get("model")) or "", self.subcommand)
+
+    def before_instantiate_classes(self) -> None:
+        self.check_settings()
+        cfg = self._cfg()
+        model_args = _init_args(cfg.get("model"))
         if cfg.get("ckpt_path") and self.requested_model is not None:
             check_checkpoint_class(self.requested_class, _class_path(cfg.get("model")), cfg["ckpt_path"])
             check_resume_settings(self.requested_model, model_args, cfg["ckpt_path"])

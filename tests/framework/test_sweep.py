@@ -219,9 +219,14 @@ def test_a_failed_point_is_recorded_and_the_sweep_carries_on(in_tmp, toy_config,
     ({"config": "missing.yaml"}, "config 'missing.yaml' does not exist"),
     ({"config": "TOY", "seeds": []}, "`seeds` must be a non-empty list"),
     ({"config": "TOY", "verbs": ["train"]}, "`verbs` must be a non-empty list"),
+    ({"config": "TOY", "grid": {"data.init_args.batch_size": [4, -4]}},  # checked point by point, not one per key set
+     "point batch_size=-4,seed=0: data.init_args.batch_size = -4: a count or size cannot be negative"),
+    ({"config": "TOY", "args": {"model.init_args.lr": -0.1}}, "model.init_args.lr = -0.1 is a negative learning rate"),
+    ({"config": "EVAL_ONLY"}, "ClusterDeletionEval is evaluation only (it has no training step): run it with `zoo test`"),
 ])
 def test_bad_sweep_files_fail_before_anything_runs(in_tmp, toy_config, capsys, spec, needle):
-    text = yaml.safe_dump(spec).replace("TOY", str(toy_config))
+    eval_only = Path(__file__).resolve().parents[2] / "configs" / "smoke" / "clusterdel_smallgraphs.yaml"
+    text = yaml.safe_dump(spec).replace("TOY", str(toy_config)).replace("EVAL_ONLY", str(eval_only))
     (in_tmp / "bad.yaml").write_text(text)
     assert main(["sweep", str(in_tmp / "bad.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -23,6 +23,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
+from zoo.checks import check_learning_rates, check_ranges
 from zoo.errors import ZooError
 from zoo.rundir import POINT, read_record, read_summary
 from zoo.sweep.spec import Sweep, Task, cli_args
@@ -308,8 +309,9 @@ def run_submitit(tasks: list[Task], m: Manifest, executor: Any, levels: Callable
 
 
 def validate(tasks: list[Task]) -> None:
-    """Parse each distinct (stage, override keys) command with the real CLI parser, nothing instantiated, so a
-    key that names no config option fails before anything runs."""
+    """Parse each distinct (stage, override keys) command with the real CLI parser and check its settings, nothing
+    instantiated, so a key that names no config option or a value out of range fails before anything runs; every
+    point's own values are range-checked too."""
     from zoo.trainer import ZooCLI
 
     class _Parsed(Exception):
@@ -317,10 +319,12 @@ def validate(tasks: list[Task]) -> None:
 
     class ParseOnly(ZooCLI):
         def before_instantiate_classes(self) -> None:
+            self.check_settings()
             raise _Parsed
 
     seen = set()
     for t in tasks:
+        check_point_values(t)
         key = (t.stage, tuple(sorted(t.overrides)))
         if key in seen:
             continue
@@ -334,7 +338,22 @@ def validate(tasks: list[Task]) -> None:
             continue
         except SystemExit as e:
             raise ZooError(f"point {t.id} does not parse (exit {e.code})") from e
+        except ZooError as e:
+            raise ZooError(f"point {t.id} ({t.verbs[0]}): {e}") from e
         except Exception as e:  # noqa: BLE001 - jsonargparse's errors: report the first line
             from zoo.cli import one_line
 
             raise ZooError(f"point {t.id} ({t.verbs[0]}) does not parse: {one_line(e)}") from e
+
+
+def check_point_values(t: Task) -> None:
+    """A point's own override values (grid, variants, args) against the ranges their names imply."""
+    for key, value in t.overrides.items():
+        group, _, name = key.partition(".init_args.")
+        if group in ("model", "data") and name:
+            try:
+                check_ranges(group, {name: value})
+                if group == "model":
+                    check_learning_rates({name: value})
+            except ZooError as e:
+                raise ZooError(f"point {t.id}: {e}") from e
