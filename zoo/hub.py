@@ -123,14 +123,45 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def one_line_text(e: BaseException) -> str:
+    """An HTTP error's message on one line (huggingface_hub appends the request id and server text on new lines)."""
+    return " ".join(ln.strip() for ln in str(e).splitlines() if ln.strip()) or type(e).__name__
+
+
+def check_repo_id(repo: str, or_directory: bool = False) -> None:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as e:
+        what = "neither a local directory nor a Hub repo id" if or_directory else "not a Hub repo id"
+        raise ZooError(f"{repo!r} is {what} like org/name ({e})") from e
+
+
+def hub_errors() -> tuple[type[BaseException], ...]:
+    """What a Hub call raises for a missing repo, a bad token or no connection: huggingface_hub's own errors
+    (offline mode is an OSError) and its HTTP client's transport errors, which it lets through."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    errors: list[type[BaseException]] = [HfHubHTTPError, OSError]
+    for client in ("httpx2", "httpx", "requests"):
+        try:
+            base = importlib.import_module(client)
+        except ImportError:
+            continue
+        errors += [e for e in (getattr(base, "TransportError", None), getattr(base, "RequestException", None)) if e]
+    return tuple(errors)
+
+
 def _local_or_download(repo_or_dir: str | Path, revision: str | None, endpoint: str | None) -> Path:
     path = Path(repo_or_dir)
     if path.is_dir():
         return path
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     repo = str(repo_or_dir)
+    check_repo_id(repo, or_directory=True)
     from huggingface_hub.constants import is_offline_mode
 
     if not is_offline_mode():
@@ -138,8 +169,8 @@ def _local_or_download(repo_or_dir: str | Path, revision: str | None, endpoint: 
 
         try:
             files = HfApi(endpoint=endpoint).list_repo_files(repo, revision=revision)
-        except HfHubHTTPError as e:
-            raise ZooError(f"cannot read Hub repo {repo!r}: {e}") from e
+        except hub_errors() as e:
+            raise ZooError(f"cannot read Hub repo {repo!r}: {one_line_text(e)}") from e
         if WEIGHTS not in files:
             pickles = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
             what = f"only pickled weights ({', '.join(pickles)})" if pickles else "no model.safetensors"
@@ -279,14 +310,18 @@ def push(run_dir: str, *, repo: str, checkpoint: str = "last", private: bool = F
 
     from zoo.cards import render_card
 
+    check_repo_id(repo)
     module = module_from_run(run_dir, checkpoint)
     api = HfApi(endpoint=endpoint, token=token)
     with tempfile.TemporaryDirectory() as tmp:
         module.save_pretrained(tmp)
         (Path(tmp) / CARD).write_text(render_card(run_dir))
-        api.create_repo(repo, private=private, exist_ok=True)
-        info = api.upload_folder(repo_id=repo, folder_path=tmp,
-                                 commit_message=commit_message or f"zoo push {Path(run_dir).name}")
+        try:
+            api.create_repo(repo, private=private, exist_ok=True)
+            info = api.upload_folder(repo_id=repo, folder_path=tmp,
+                                     commit_message=commit_message or f"zoo push {Path(run_dir).name}")
+        except hub_errors() as e:  # nothing is lost: the run dir is untouched, push again when the Hub answers
+            raise ZooError(f"cannot push to Hub repo {repo!r}: {one_line_text(e)}") from e
     url = getattr(info, "commit_url", None) or str(info)
     print(url)
     return url

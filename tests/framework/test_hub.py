@@ -352,3 +352,32 @@ def test_push_not_a_run_dir_is_a_one_line_error(tmp_path, hub, capsys):
     assert err.startswith("zoo: error:") and "\n" not in err and "repo" in err
     assert "org/x" not in hub.store.repos  # nothing was created
     assert not hub.log  # refused before any request
+
+
+def test_push_and_pull_failures_at_the_hub_are_one_line_errors(in_tmp, toy_config, hub, monkeypatch, capsys):
+    from huggingface_hub import constants
+
+    from zoo.cli import main
+
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "1", "--wandb_mode", "disabled"]) == 0
+    run = str(next(Path("runs/toy").iterdir()))
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    capsys.readouterr()
+
+    def one_error(*argv):
+        assert main(list(argv)) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("zoo: error:") and "\n" not in err, err
+        return err
+
+    assert "'bad id' is not a Hub repo id like org/name" in one_error("push", run, "--repo", "bad id",
+                                                                      "--endpoint", hub.endpoint)
+    assert "'bad id' is neither a local directory nor a Hub repo id" in one_error("pull", "bad id",
+                                                                                  "--endpoint", hub.endpoint)
+    assert "cannot push to Hub repo 'org/x': " in one_error("push", run, "--repo", "org/x", "--endpoint", closed)
+    assert "cannot read Hub repo 'org/x': " in one_error("pull", "org/x", "--endpoint", closed)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert "offline mode is enabled" in one_error("push", run, "--repo", "org/x", "--endpoint", hub.endpoint)
+    assert "org/x" not in hub.store.repos
