@@ -29,7 +29,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import train_loader
+from zoo.data import reading, train_loader
 from zoo.errors import ZooError
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
@@ -88,7 +88,7 @@ def visa_samples(root: Path, classes: list[str], split: Literal["train", "test"]
     if not path.is_file():
         raise ZooError(f"VisA split file {path} is missing (download VisA_20220922.tar from "
                        f"github.com/amazon-science/spot-diff; it ships split_csv/1cls.csv)")
-    with open(path, newline="") as f:
+    with reading(path, "VisA split CSV"), open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     if rows and not {"object", "split", "label", "image", "mask"} <= set(rows[0]):
         raise ZooError(f"{path} lacks the columns object,split,label,image,mask (found {list(rows[0])})")
@@ -157,7 +157,8 @@ class AnomalyDataset(Dataset):
 
     def _load(self, s: Sample) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(s.image, Path):
-            img = Image.open(s.image).convert("RGB")
+            with reading(s.image, "image"), Image.open(s.image) as im:
+                img = im.convert("RGB")
             if self.image_size:
                 img = img.resize((self.image_size, self.image_size), Image.BILINEAR)
             image = np.asarray(img, np.float32) / 255.0
@@ -166,7 +167,8 @@ class AnomalyDataset(Dataset):
         if s.mask is None:
             mask = np.zeros(image.shape[:2], np.float32)
         elif isinstance(s.mask, Path):
-            m = Image.open(s.mask).convert("L")
+            with reading(s.mask, "mask image"), Image.open(s.mask) as im:
+                m = im.convert("L")
             if self.image_size:
                 m = m.resize((self.image_size, self.image_size), Image.NEAREST)
             mask = (np.asarray(m) > 0).astype(np.float32)

@@ -33,7 +33,7 @@ from scipy.spatial import cKDTree
 from scipy.spatial.transform import Rotation
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import SplitLoaders, train_loader
+from zoo.data import SplitLoaders, reading, train_loader
 from zoo.errors import ZooError
 
 HOW_TO_GET = ("download the volume-constrained Breaking Bad dataset (breaking-bad-dataset.github.io) and point "
@@ -53,8 +53,10 @@ def read_split(split_dir: Path, category: str, split: str, min_part: int, max_pa
         raise ZooError(f"Breaking Bad split file {path} not found: the official data_list/{category}_{split}.txt "
                        "ships with the PMTR code (github.com/NahyukLEE/pmtr, data/data_list); set "
                        "data.init_args.split_dir to its folder")
+    with reading(path, "split file (text)"):
+        text = path.read_text()
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         fields = line.split()
@@ -77,8 +79,10 @@ def read_fracture(folder: Path, n_parts: int):
         raise ZooError(f"fracture folder {folder} holds {len(files)} parts but its split line says {n_parts}")
     meshes = []
     for f in files:
-        # process=False first: trimesh's default processing silently drops non-finite vertices
-        m = trimesh.load_mesh(str(f), process=False)
+        # process=False first: trimesh's default processing silently drops non-finite vertices; a damaged file
+        # ends in numpy's ValueError/IndexError inside trimesh's parser
+        with reading(f, "OBJ mesh", (IndexError, KeyError)):
+            m = trimesh.load_mesh(str(f), process=False)
         if not isinstance(m, trimesh.Trimesh) or len(m.faces) == 0:
             raise ZooError(f"part {f} is not a triangle mesh (no faces)")
         if not np.isfinite(np.asarray(m.vertices)).all():

@@ -32,6 +32,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from zoo.backbones import timm_model
+from zoo.data import one_line, reading
 from zoo.errors import ZooError
 
 FeatureSource = Literal["torchvision", "rdata", "npz", "digits"]
@@ -99,8 +100,9 @@ def read_rdata(path: str) -> tuple[np.ndarray, ...]:
 def read_npz(path: str) -> tuple[np.ndarray, ...]:
     if not Path(path).is_file():
         raise ZooError(f"{path} not found; write x_train, y_train, x_test, y_test with numpy.savez")
-    with np.load(path, allow_pickle=False) as f:
-        return _check_arrays(dict(f), path)
+    with reading(path, ".npz of numeric arrays"), np.load(path, allow_pickle=False) as f:
+        arrays = dict(f)
+    return _check_arrays(arrays, path)
 
 
 def digits_features(n_components: int, seed: int = 0, test_size: float = 0.2) -> tuple[np.ndarray, ...]:
@@ -121,12 +123,18 @@ def _torchvision_images(dataset: str, root: str, train: bool) -> tuple[torch.Ten
 
     cls = {"mnist": torchvision.datasets.MNIST, "fmnist": torchvision.datasets.FashionMNIST,
            "cifar10": torchvision.datasets.CIFAR10}[dataset]
+    how = (f"download it once with `python -c \"import torchvision; torchvision.datasets.{cls.__name__}('{root}', "
+           "download=True)\"`")
+    folder = Path(root) / ("cifar-10-batches-py" if dataset == "cifar10" else f"{cls.__name__}/raw")
     try:
         ds = cls(root, train=train, download=False)
-    except RuntimeError as e:
-        raise ZooError(f"{cls.__name__} not found under {root} ({e}); download it once with "
-                       f"`python -c \"import torchvision; torchvision.datasets.{cls.__name__}('{root}', download=True)\"`"
-                       ) from e
+    except (RuntimeError, OSError, EOFError, ValueError, IndexError, AssertionError) as e:
+        if isinstance(e, RuntimeError) and "not found" in str(e):  # torchvision: "Dataset not found [or corrupted]"
+            raise ZooError(f"{cls.__name__} not found under {root} ({one_line(e)}); {how}") from e
+        # torchvision's MNIST parser checks a raw file's header with assert and reshapes its bytes (RuntimeError on
+        # a truncated file): a damaged file ends there (CIFAR's pickles are MD5-checked first: "not found" above)
+        raise ZooError(f"{cls.__name__} files in {folder} are damaged ({type(e).__name__}: {one_line(e)}); "
+                       f"{how}") from e
     data = torch.as_tensor(np.asarray(ds.data))
     images = data.unsqueeze(1) if data.dim() == 3 else data.permute(0, 3, 1, 2)  # (N, C, H, W) uint8
     return images, np.asarray(ds.targets, dtype=np.int64)
@@ -167,7 +175,8 @@ def torchvision_features(dataset: str, root: str, n_components: int, weights: Op
         cache = Path(cache_dir) / f"{dataset}_resnet18_{digest}.npz"
     if cache is not None and cache.exists():
         rank_zero_info(f"[byzantine] reusing cached ResNet18 features {cache}")
-        with np.load(cache) as f:
+        with reading(cache, "feature cache (delete it to recompute)", (KeyError,)), \
+                np.load(cache, allow_pickle=False) as f:
             f_tr, y_tr, f_te, y_te = (f[k] for k in ARRAYS)
     else:
         (im_tr, y_tr), (im_te, y_te) = (_torchvision_images(dataset, root, t) for t in (True, False))

@@ -17,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from zoo.cruxeval.scoring import hub_rows, load_rows
+from zoo.data import reading
 from zoo.errors import ZooError
 
 SAMPLE_PATH = Path(__file__).with_name("cruxeval_sample.jsonl")
@@ -86,7 +87,11 @@ class CRUXEvalDataModule(L.LightningDataModule):
         if self.source == "embedded":
             rows = load_rows(SAMPLE_PATH)
         elif self.source == "local":
-            rows = load_rows(self.path)  # a missing file is a one-line ZooError there
+            with reading(self.path, "CRUXEval jsonl (UTF-8 text)"):
+                rows = load_rows(self.path)  # a missing file is a one-line ZooError there
+            if not rows:
+                raise ZooError(f"CRUXEval file {self.path} holds no rows (one JSON object with code/input/output/id "
+                               "per line)")
         else:
             rows = hub_rows(self.hub_name, self.split)
         return rows[: self.limit] if self.limit is not None else rows

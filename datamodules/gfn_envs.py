@@ -112,7 +112,7 @@ def read_dag_list(path: str, n_nodes: int) -> torch.Tensor:
                        "every DAG here")
     try:
         dags = np.load(file, allow_pickle=False)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, EOFError) as e:  # EOFError: an empty file
         raise ZooError(f"DAG list {path} is not a .npy array ({e})") from e
     return check_dag_list(dags, n_nodes, path)
 

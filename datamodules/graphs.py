@@ -36,6 +36,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from zoo.clusterdel.graph import Graph, as_graph, unique
+from zoo.data import reading
 from zoo.errors import ZooError
 
 NX_GRAPHS = {
@@ -55,7 +56,7 @@ def _read_hdf5_sparse(path: Path, key: str):
     """A MATLAB v7.3 sparse matrix (HDF5 group with ``data``, ``ir``, ``jc``; rows in attribute MATLAB_sparse)."""
     import h5py
 
-    with h5py.File(path, "r") as f:
+    with reading(path, "MATLAB v7.3 (HDF5) file", (KeyError,)), h5py.File(path, "r") as f:
         if key not in f:
             raise ZooError(f"{path} has no key {key!r} (keys: {sorted(f.keys())})")
         grp = f[key]
@@ -76,7 +77,7 @@ def read_mat(path: str | Path, key: str = "A"):
         d = sio.loadmat(path)
     except NotImplementedError:  # v7.3 is HDF5
         return _read_hdf5_sparse(path, key)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, sio.matlab.MatReadError) as e:  # MatReadError: an empty or truncated file
         raise ZooError(f"cannot read {path} as a MATLAB file: {e}") from e
     if key not in d:
         keys = sorted(k for k in d if not k.startswith("__"))
@@ -91,7 +92,7 @@ def read_suitesparse_mat(path: str | Path):
         d = sio.loadmat(path)
     except NotImplementedError:
         return _read_hdf5_sparse(path, "A")
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, sio.matlab.MatReadError) as e:
         raise ZooError(f"cannot read {path} as a MATLAB file: {e}") from e
     if "Problem" in d:
         prob = d["Problem"]
@@ -124,20 +125,24 @@ def read_snap(path: str | Path):
     if name.endswith(".mat"):
         return read_suitesparse_mat(path)
     if name.endswith((".mtx", ".mtx.gz")):
-        return sio.mmread(str(path))
+        with reading(path, "Matrix Market file"):
+            return sio.mmread(str(path))
     if name.endswith(".tar.gz"):
-        with tarfile.open(path, "r:gz") as tar:
+        with reading(path, "tar.gz archive of a Matrix Market file"), tarfile.open(path, "r:gz") as tar:
             stem = name[: -len(".tar.gz")]
             members = [m for m in tar.getmembers() if m.name.endswith(f"{stem}.mtx")] or \
                       [m for m in tar.getmembers() if m.name.endswith(".mtx")]
             if not members:
                 raise ZooError(f"{path} holds no Matrix Market .mtx file")
             return sio.mmread(io.BytesIO(tar.extractfile(members[0]).read()))
-    if name.endswith(".txt.gz"):
-        with gzip.open(path, "rt") as fh:
-            return read_edge_list(fh.read(), name)
-    if name.endswith(".txt"):
-        return read_edge_list(path.read_text(), name)
+    if name.endswith((".txt.gz", ".txt")):
+        with reading(path, "SNAP edge list (UTF-8 text, gzipped if .gz)"):
+            if name.endswith(".gz"):
+                with gzip.open(path, "rt") as fh:
+                    text = fh.read()
+            else:
+                text = path.read_text()
+        return read_edge_list(text, name)
     raise ZooError(f"{path}: unknown SNAP graph format (expected one of {', '.join(SNAP_SUFFIXES)})")
 
 

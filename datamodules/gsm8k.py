@@ -26,7 +26,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import train_loader
+from zoo.data import reading, train_loader
 from zoo.errors import ZooError
 from zoo.rosa.gsm8k import EVAL_TEMPLATE
 
@@ -86,7 +86,7 @@ def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
     jsonl = directory / f"{split}.jsonl"
     if jsonl.is_file():
         rows, where = [], []
-        with jsonl.open(encoding="utf-8") as f:
+        with reading(jsonl, "GSM8K jsonl (UTF-8 text)"), jsonl.open(encoding="utf-8") as f:
             for k, line in enumerate(f, 1):
                 if not line.strip():
                     continue
@@ -105,9 +105,12 @@ def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
 
         rows, where = [], []
         for p in parquet:
-            part = pd.read_parquet(p).to_dict("records")
+            with reading(p, "GSM8K parquet file"):
+                part = pd.read_parquet(p).to_dict("records")
             rows += part
             where += [f"GSM8K file {p}, row {k}" for k in range(len(part))]
+    if not rows:
+        raise ZooError(f"GSM8K {split} file {jsonl if jsonl.is_file() else parquet[0]} holds no rows")
     for r, at in zip(rows, where):
         if not isinstance(r, dict):
             raise ZooError(f"{at}: a JSON {type(r).__name__}, not an object with 'question' and 'answer'")

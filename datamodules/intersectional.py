@@ -49,7 +49,7 @@ from zoo.bggn.bias import (
     read_bias_table,
     split_seen_unseen,
 )
-from zoo.data import train_loader
+from zoo.data import one_line, reading, train_loader
 from zoo.errors import ZooError
 
 CELEBA_TARGET = "Attractive"
@@ -127,7 +127,9 @@ class _CelebASamples(Dataset):
         return len(self.base)
 
     def __getitem__(self, i):
-        img, attr = self.base[i]
+        b = self.base
+        with reading(Path(b.root) / b.base_folder / "img_align_celeba" / b.filename[i], "CelebA image"):
+            img, attr = b[i]
         return img, attr[self.t].long(), attr[self.s].long()
 
 
@@ -150,6 +152,10 @@ def _celeba_dataset(root: str, split: str, verify_md5: bool):
     except RuntimeError as e:
         raise ZooError(f"CelebA not found under {root!r}/celeba ({e}); download img_align_celeba.zip and the "
                        f"list_*.txt / identity_CelebA.txt files from MMLab's CelebA page into it") from e
+    except (OSError, ValueError, IndexError) as e:  # torchvision's parser of the list_*.txt files: a damaged one
+        raise ZooError(f"the CelebA list files (list_attr_celeba.txt, list_eval_partition.txt, identity_CelebA.txt, "
+                       f"list_bbox_celeba.txt, list_landmarks_align_celeba.txt) in {Path(root) / 'celeba'} are not "
+                       f"readable ({type(e).__name__}: {one_line(e)})") from e
 
 
 def embed_texts(texts: list[str], model_dir: str, batch_size: int = 64, max_length: int = 128) -> np.ndarray:
@@ -177,13 +183,17 @@ def read_toxic(csv_path: str, sensitive: list[str]) -> tuple[pd.DataFrame, np.nd
     if not path.is_file():
         raise ZooError(f"Jigsaw file {csv_path!r} not found; get all_data_with_identities.csv from the WILDS "
                        f"CivilComments release (or Kaggle's Jigsaw Unintended Bias) and point csv_path at it")
-    df = pd.read_csv(path)
+    with reading(path, "CSV"):
+        df = pd.read_csv(path)
     missing = [c for c in ["comment_text", "toxicity", *sensitive] if c not in df.columns]
     if missing:
         raise ZooError(f"configured attribute(s) {missing} absent from {csv_path} (columns: {list(df.columns)[:12]}...)")
     df = df.dropna(subset=sensitive).reset_index(drop=True)
-    y = (df["toxicity"].to_numpy() > TOXIC_LABEL_THRESHOLD).astype(np.int64)
-    a = (df[sensitive].to_numpy(dtype=np.float64) > TOXIC_IDENTITY_THRESHOLD).astype(np.int64)
+    try:
+        y = (df["toxicity"].to_numpy(dtype=np.float64) > TOXIC_LABEL_THRESHOLD).astype(np.int64)
+        a = (df[sensitive].to_numpy(dtype=np.float64) > TOXIC_IDENTITY_THRESHOLD).astype(np.int64)
+    except (TypeError, ValueError) as e:
+        raise ZooError(f"{csv_path}: toxicity and {sensitive} must be numbers ({one_line(e)})") from e
     return df, y, a
 
 
@@ -268,7 +278,8 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
         cache = Path(h.embedding_cache) / f"{Path(h.csv_path).stem}.{Path(h.embedding_model).name}.npy" \
             if h.embedding_cache else None
         if cache is not None and cache.exists():
-            x = np.load(cache)
+            with reading(cache, ".npy embedding cache (delete it to recompute)"):
+                x = np.load(cache, allow_pickle=False)
             if len(x) == len(texts):
                 rank_zero_info(f"bggn data: embeddings from cache {cache}")
                 return x
@@ -352,7 +363,8 @@ class BiasTableDataModule(L.LightningDataModule):
         else:
             if not h.table_path:
                 raise ZooError("source=table needs table_path (phase 0's bias_table.csv)")
-            names, a, bias, count = read_bias_table(h.table_path)
+            with reading(h.table_path, "bias table CSV"):
+                names, a, bias, count = read_bias_table(h.table_path)
             rank_zero_info(f"bggn data: bias table {h.table_path} ({len(a)} combinations, {len(names)} attributes)")
         seen = split_seen_unseen(len(a), h.unseen_share, h.split_seed)
         n_seen = int(seen.sum())

@@ -19,6 +19,7 @@ float64, the schema `zoo.minnorm.MinNormExperiment` reads.
 from __future__ import annotations
 
 import math
+import zipfile
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -87,7 +88,7 @@ def load_npz(path: str | Path) -> list[dict[str, Any]]:
     try:
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: np.asarray(f[k]) for k in f.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # EOFError: empty; BadZipFile: truncated
         raise ZooError(f"{path} is not a readable .npz of numeric arrays ({e})") from e
     for key in ("X", "y"):
         if key not in arrays:

@@ -10,6 +10,7 @@ The embedded source writes scikit-learn's digits into exactly that layout.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -52,7 +53,7 @@ def read_medmnist(path: Path) -> dict[str, np.ndarray]:
             data = {k: f[k] for k in KEYS}
     except ZooError:
         raise
-    except (OSError, ValueError) as e:  # ZooError is a ValueError: re-raised as is above
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # ZooError is a ValueError: re-raised above
         raise ZooError(f"cannot read MedMNIST file {str(path)!r}: {e}") from e
     for s in SPLITS:
         x, y = data[f"{s}_images"], data[f"{s}_labels"]

@@ -31,7 +31,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from zoo.data import train_loader
+from zoo.data import reading, train_loader
 from zoo.errors import ZooError
 from zoo.lm import right_pad
 from zoo.unlearning.metrics import check_disjoint
@@ -81,12 +81,17 @@ def read_extraction_csv(path: str | Path) -> list[dict]:
         raise ZooError(f"{path} not found: get the extraction-benchmark CSVs (doc_id,corpus,text) from "
                        "github.com/joeljang/knowledge-unlearning data/main/ (e.g. lm_extraction_32_0.csv), or use "
                        "source: embedded")
-    with path.open(newline="", encoding="utf-8") as f:
+    with reading(path, "extraction-benchmark CSV (UTF-8)"), path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         missing = [c for c in CSV_FIELDS if c not in (reader.fieldnames or [])]
         if missing:
             raise ZooError(f"{path}: missing column(s) {missing}; expected {list(CSV_FIELDS)}")
-        return [{k: row[k] for k in CSV_FIELDS} for row in reader]
+        rows = []
+        for row in reader:
+            if any(row[k] is None for k in CSV_FIELDS):  # a short (e.g. truncated) line: DictReader fills None
+                raise ZooError(f"{path}:{reader.line_num}: a row needs {', '.join(CSV_FIELDS)}, got {list(row.values())}")
+            rows.append({k: row[k] for k in CSV_FIELDS})
+        return rows
 
 
 def write_extraction_csv(path: str | Path, rows: list[dict]) -> None:

@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.diffoas.formats import EXTERNAL_SOLVER
 from zoo.diffoas.generate import PDEData, generate, get_problem, load_dataset, save_dataset
-from zoo.data import SplitLoaders, train_loader
+from zoo.data import SplitLoaders, reading, train_loader
 from zoo.errors import ZooError
 
 SOLVER_METHODS = ("gmres", "direct", EXTERNAL_SOLVER)
@@ -129,7 +129,8 @@ class PDEDataModule(SplitLoaders, L.LightningDataModule):
             path = Path(hp.cache_dir) / f"{hp.problem}_{method}_n{n}_{digest}.npz"
             if path.exists():
                 rank_zero_info(f"[pde] reusing cached {path}")
-                return load_dataset(path)
+                with reading(path, "PDE dataset (a cached file: delete it to regenerate)"):
+                    return load_dataset(path)
         # at paper scale this takes minutes to hours (GMRES at 62,500 unknowns): say so before the wait
         rank_zero_info(f"[pde] generating {n} {hp.problem} samples by {method} on a {hp.grid_size}x{hp.grid_size} "
                        f"grid" + (f" (cached in {path} for later runs)" if path is not None else ""))
@@ -140,7 +141,8 @@ class PDEDataModule(SplitLoaders, L.LightningDataModule):
         return data
 
     def _load(self, path: str, role: str) -> PDEData:
-        data = load_dataset(path)
+        with reading(path, f"PDE dataset ({role} file)"):  # zoo.diffoas.formats names most damage; BadZipFile too
+            data = load_dataset(path)
         meta = data.meta
         rank_zero_info(f"[pde] {role} file {path}: format {meta.get('format', 'zoo (save_dataset)')}, "
                        f"fields {meta.get('fields', 'a, f, u as written')}, {len(data)} samples, "

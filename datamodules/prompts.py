@@ -26,6 +26,7 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from zoo.data import one_line, reading
 from zoo.dpodiff.embedded import EMBEDDED_PROMPTS
 from zoo.errors import ZooError
 
@@ -44,14 +45,16 @@ def read_diffusiondb(path: str | Path) -> list[str]:
 
 def read_coco_captions(path: str | Path) -> list[str]:
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_bytes())  # bytes: json detects UTF-8/16/32; others are a ValueError
         return [str(a["caption"]).strip() for a in data["annotations"]]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (ValueError, OSError, KeyError, TypeError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
         raise ZooError(f"{path} is not a COCO captions file (JSON with annotations[].caption): {e}") from e
 
 
 def read_text(path: str | Path) -> list[str]:
-    return [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    with reading(path, "text file of prompts (one per line)"):
+        text = Path(path).read_text()
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def collate_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -121,14 +124,22 @@ class PromptsDataModule(L.LightningDataModule):
             p = Path(hp.scores_path)
             if not p.is_file():
                 raise ZooError(f"scores_path {p} does not exist (a dpodiff run writes scores.json)")
-            scores = json.loads(p.read_text())
+            with reading(p, "scores JSON"):
+                scores = json.loads(p.read_bytes())
+            if not isinstance(scores, dict):
+                raise ZooError(f"scores_path {p} holds a JSON {type(scores).__name__}, not an object prompt -> score "
+                               "(a dpodiff run writes scores.json)")
             keep = (lambda s: s > hp.threshold) if hp.filter == "above" else (lambda s: s < hp.threshold)
-            prompts = [q for q in prompts if q in scores and keep(float(scores[q]))]
+            try:
+                prompts = [q for q in prompts if q in scores and keep(float(scores[q]))]
+            except (TypeError, ValueError) as e:
+                raise ZooError(f"scores_path {p}: a score is not a number ({one_line(e)})") from e
         if hp.max_prompts is not None and len(prompts) > hp.max_prompts:
             idx = np.sort(np.random.default_rng(hp.seed).choice(len(prompts), hp.max_prompts, replace=False))
             prompts = [prompts[i] for i in idx]
         if not prompts:
-            raise ZooError(f"no prompts left from source {hp.source!r} (read {n_read}, filter {hp.filter} "
+            where = f" ({hp.path})" if hp.path else ""
+            raise ZooError(f"no prompts left from source {hp.source!r}{where} (read {n_read}, filter {hp.filter} "
                            f"{hp.threshold})")
         self.rows = [{"id": i, "prompt": q} for i, q in enumerate(prompts)]
         rank_zero_info(f"dpodiff prompts: source={hp.source} ({self.format_name()}), {n_read} read, "

@@ -19,7 +19,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import train_loader
+from zoo.data import reading, train_loader
 from zoo.errors import ZooError
 from zoo.regal.cluster import make_tuples
 from zoo.regal.domains import DateDomain, LogoDomain, TextCraftDomain
@@ -218,7 +218,12 @@ class ReGALDataModule(L.LightningDataModule):
             return [normalize(self.domain, r, i, split, f"embedded {split} row {i}") for i, r in enumerate(rows)]
         from pathlib import Path
 
-        return read_jsonl(Path(self.path) / file, self.domain, split, limit)
+        path = Path(self.path) / file
+        with reading(path, f"ReGAL {self.domain} jsonl (UTF-8 text)"):
+            rows = read_jsonl(path, self.domain, split, limit)
+        if not rows and limit != 0:
+            raise ZooError(f"ReGAL {self.domain} file {path} holds no rows")
+        return rows
 
     def setup(self, stage: Optional[str] = None) -> None:
         if not self.train:

@@ -33,7 +33,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import EpochSampler, train_loader
+from zoo.data import EpochSampler, reading, train_loader
 from zoo.errors import ZooError
 from zoo.pcdenoiser.denoisers import check_sigma
 from zoo.pcdenoiser.operators import BlurDownsample, CircularBlur, check_kernel
@@ -107,10 +107,11 @@ def load_kernels(path: str) -> list[np.ndarray]:
         return [_png_kernel(p)]
     if p.suffix == ".mat":
         from scipy.io import loadmat
+        from scipy.io.matlab import MatReadError
 
         try:
             mat = loadmat(p)
-        except (ValueError, NotImplementedError, OSError) as e:
+        except (ValueError, NotImplementedError, OSError, MatReadError) as e:  # MatReadError: empty or truncated
             raise ZooError(f"kernel file {path} is not a MAT v5 file ({e})") from e
         if "kernels" not in mat:
             raise ZooError(f"kernel file {path} has no 'kernels' cell (keys: {sorted(k for k in mat if k[0] != '_')})")
@@ -121,7 +122,7 @@ def load_kernels(path: str) -> list[np.ndarray]:
 
 
 def _png_kernel(path: Path) -> np.ndarray:
-    with Image.open(path) as im:
+    with reading(path, "kernel image"), Image.open(path) as im:
         k = np.asarray(im.convert("L"), dtype=np.float64) / 255.0
     if k.sum() <= 0:
         raise ZooError(f"kernel image {path} is all zero")

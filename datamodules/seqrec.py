@@ -26,7 +26,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import train_loader
+from zoo.data import reading, train_loader
 from zoo.errors import ZooError
 
 _HOW_TO_GET = {
@@ -68,7 +68,7 @@ def read_movielens(path: Path) -> tuple[Rows, str]:
     """MovieLens-1M ``ratings.dat`` (Latin-1): ``UserID::MovieID::Rating::Timestamp`` per line, no header; also
     the ``ml-1m`` folder or ``ml-1m.zip`` (member ``ml-1m/ratings.dat``). Returns (user, item, time) rows."""
     if path.suffix.lower() == ".zip":
-        with zipfile.ZipFile(path) as z:
+        with reading(path, "zip archive (ml-1m.zip)"), zipfile.ZipFile(path) as z:
             names = [n for n in z.namelist() if n.endswith("ratings.dat")]
             if not names:
                 raise ZooError(f"SeqRecDataModule: {path} holds no ratings.dat; {_HOW_TO_GET['movielens']}")
@@ -87,7 +87,10 @@ def _movielens_lines(lines, where: str) -> Rows:
         parts = line.strip().split("::")
         if len(parts) != 4:
             raise ZooError(f"{where}:{k}: expected UserID::MovieID::Rating::Timestamp, got {line.strip()[:80]!r}")
-        rows.append((parts[0], parts[1], int(parts[3])))
+        try:
+            rows.append((parts[0], parts[1], int(parts[3])))
+        except ValueError as e:
+            raise ZooError(f"{where}:{k}: the Timestamp {parts[3][:40]!r} is not an integer") from e
     return rows
 
 

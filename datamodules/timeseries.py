@@ -25,7 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from sklearn.preprocessing import StandardScaler
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import SplitLoaders, train_loader
+from zoo.data import SplitLoaders, reading, train_loader
 from zoo.errors import ZooError
 from zoo.moment.formats import (
     AEON_ANOMALY,
@@ -154,7 +154,11 @@ class ETTh1DataModule(_WindowSets):
         if self.sets:
             return
         hp = self.hparams
-        df = read_ett_csv(hp.path) if hp.source == "local" else embedded_ett(hp.n_rows, hp.seed)
+        if hp.source == "local":
+            with reading(hp.path, "ETT CSV"):
+                df = read_ett_csv(hp.path)
+        else:
+            df = embedded_ett(hp.n_rows, hp.seed)
         what = f"file {hp.path} (ETT CSV)" if hp.source == "local" else f"embedded seeded series ({hp.n_rows} rows)"
         values = df[list(ETT_COLUMNS[1:])]
         if values.isna().to_numpy().any():
@@ -162,7 +166,8 @@ class ETTh1DataModule(_WindowSets):
         data = values.to_numpy(np.float64)
         tr, va, te = hp.train_rows, hp.val_rows, hp.test_rows
         if tr + va + te > len(data) or tr < SEQ_LEN:
-            raise ZooError(f"{len(data)} rows cannot hold train {tr} + val {va} + test {te} rows (train >= {SEQ_LEN})")
+            raise ZooError(f"{what}: {len(data)} rows cannot hold train {tr} + val {va} + test {te} rows (train >= "
+                           f"{SEQ_LEN})")
         data = StandardScaler().fit(data[:tr]).transform(data)
         h = hp.forecast_horizon if hp.task == "forecasting" else 0
         eval_stride = hp.eval_stride or (1 if hp.task == "forecasting" else SEQ_LEN)
@@ -265,7 +270,11 @@ class UCRClassificationDataModule(_WindowSets):
                                              hp.embedded_length, hp.embedded_n_channels, hp.seed)
             return tr, te, f"embedded seeded shapes ({hp.embedded_n_classes} classes)"
         if hp.source == "local":
-            return read_ts(hp.train_path), read_ts(hp.test_path), f"files {hp.train_path}, {hp.test_path} (.ts)"
+            data = []
+            for path in (hp.train_path, hp.test_path):
+                with reading(path, ".ts file (UTF-8 text)"):
+                    data.append(read_ts(path))
+            return data[0], data[1], f"files {hp.train_path}, {hp.test_path} (.ts)"
         folder = bundled_dir(hp.source, hp.dataset)
         return (read_ts(folder / f"{hp.dataset}_TRAIN.ts"), read_ts(folder / f"{hp.dataset}_TEST.ts"),
                 f"{hp.source}'s bundled {hp.dataset} (.ts, read by zoo.moment.formats.read_ts)")
@@ -389,7 +398,8 @@ class UCRAnomalyDataModule(_WindowSets):
         if hp.source == "embedded":
             return embedded_anomaly(hp.embedded_length, hp.embedded_train_end, hp.seed), "embedded seeded series"
         if hp.source == "local":
-            return read_ucr_anomaly(hp.path), f"file {hp.path}"
+            with reading(hp.path, "UCR anomaly file"):
+                return read_ucr_anomaly(hp.path), f"file {hp.path}"
         return (read_kdd_tsad_csv(bundled_dir("aeon", hp.dataset), AEON_ANOMALY[hp.dataset]),
                 f"aeon's bundled {hp.dataset} (CSV)")
 

@@ -13,6 +13,12 @@ new permutation (some examples are seen twice, others never). Two things make th
 
 from __future__ import annotations
 
+import csv
+import pickle
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar, Optional
 
 import torch
@@ -20,6 +26,31 @@ from torch.utils.data import Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from zoo.errors import ZooError
+
+#: What the standard readers raise on a damaged, truncated, empty or wrong-format file: OSError (a folder where a
+#: file belongs, a damaged gzip stream, PIL's UnidentifiedImageError), EOFError (an empty .npy/.npz, a truncated gzip),
+#: ValueError (UnicodeDecodeError, json/pandas/pyarrow parse errors, numpy's refusal of pickled data), and the
+#: container formats' own types. ZooError is a ValueError: `reading` passes it through unchanged.
+READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, ValueError, zipfile.BadZipFile, tarfile.TarError,
+                                                pickle.UnpicklingError, csv.Error)
+
+
+def one_line(e: BaseException) -> str:
+    """An exception's text on one line (pandas' parser messages end in a newline, some span several)."""
+    return " ".join(str(e).split())
+
+
+@contextmanager
+def reading(path: Any, what: str, extra: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Parse a user's data file inside ``with reading(path, "CSV"):``; what the reader raises on a damaged file
+    (`READ_ERRORS` and ``extra``) becomes the one-line ``ZooError("<path> is not a readable <what> (<error>)")``.
+    A ZooError raised inside (a check of the parsed content) passes unchanged."""
+    try:
+        yield
+    except ZooError:
+        raise
+    except (*READ_ERRORS, *extra) as e:
+        raise ZooError(f"{path} is not a readable {what} ({type(e).__name__}: {one_line(e)})") from e
 
 
 class EpochSampler(Sampler[int]):
