@@ -179,8 +179,8 @@ def _local_or_download(repo_or_dir: str | Path, revision: str | None, endpoint: 
         local = snapshot_download(repo, revision=revision, endpoint=endpoint, allow_patterns=[WEIGHTS, CONFIG, CARD])
     except LocalEntryNotFoundError as e:
         raise ZooError(f"{repo!r} is not in the local HF cache and HF_HUB_OFFLINE is set; pull it first") from e
-    except HfHubHTTPError as e:
-        raise ZooError(f"cannot download {repo!r}: {e}") from e
+    except hub_errors() as e:
+        raise ZooError(f"cannot download {repo!r}: {one_line_text(e)}") from e
     return Path(local)
 
 
