@@ -32,8 +32,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from zoo.backbones import timm_model
-from zoo.data import one_line, reading
-from zoo.errors import ZooError
+from zoo.data import reading
+from zoo.errors import ZooError, flat
 
 FeatureSource = Literal["torchvision", "rdata", "npz", "digits"]
 Dataset_ = Literal["mnist", "fmnist", "cifar10"]
@@ -130,10 +130,10 @@ def _torchvision_images(dataset: str, root: str, train: bool) -> tuple[torch.Ten
         ds = cls(root, train=train, download=False)
     except (RuntimeError, OSError, EOFError, ValueError, IndexError, AssertionError) as e:
         if isinstance(e, RuntimeError) and "not found" in str(e):  # torchvision: "Dataset not found [or corrupted]"
-            raise ZooError(f"{cls.__name__} not found under {root} ({one_line(e)}); {how}") from e
+            raise ZooError(f"{cls.__name__} not found under {root} ({flat(e)}); {how}") from e
         # torchvision's MNIST parser checks a raw file's header with assert and reshapes its bytes (RuntimeError on
         # a truncated file): a damaged file ends there (CIFAR's pickles are MD5-checked first: "not found" above)
-        raise ZooError(f"{cls.__name__} files in {folder} are damaged ({type(e).__name__}: {one_line(e)}); "
+        raise ZooError(f"{cls.__name__} files in {folder} are damaged ({type(e).__name__}: {flat(e)}); "
                        f"{how}") from e
     data = torch.as_tensor(np.asarray(ds.data))
     images = data.unsqueeze(1) if data.dim() == 3 else data.permute(0, 3, 1, 2)  # (N, C, H, W) uint8

@@ -49,8 +49,8 @@ from zoo.bggn.bias import (
     read_bias_table,
     split_seen_unseen,
 )
-from zoo.data import one_line, reading, train_loader
-from zoo.errors import ZooError
+from zoo.data import reading, train_loader
+from zoo.errors import ZooError, flat
 
 CELEBA_TARGET = "Attractive"
 # official utils/hypers.py CELEBA_2_FEAS_ID (the 20 sensitive attributes when the target is Attractive)
@@ -155,7 +155,7 @@ def _celeba_dataset(root: str, split: str, verify_md5: bool):
     except (OSError, ValueError, IndexError) as e:  # torchvision's parser of the list_*.txt files: a damaged one
         raise ZooError(f"the CelebA list files (list_attr_celeba.txt, list_eval_partition.txt, identity_CelebA.txt, "
                        f"list_bbox_celeba.txt, list_landmarks_align_celeba.txt) in {Path(root) / 'celeba'} are not "
-                       f"readable ({type(e).__name__}: {one_line(e)})") from e
+                       f"readable ({type(e).__name__}: {flat(e)})") from e
 
 
 def embed_texts(texts: list[str], model_dir: str, batch_size: int = 64, max_length: int = 128) -> np.ndarray:
@@ -193,7 +193,7 @@ def read_toxic(csv_path: str, sensitive: list[str]) -> tuple[pd.DataFrame, np.nd
         y = (df["toxicity"].to_numpy(dtype=np.float64) > TOXIC_LABEL_THRESHOLD).astype(np.int64)
         a = (df[sensitive].to_numpy(dtype=np.float64) > TOXIC_IDENTITY_THRESHOLD).astype(np.int64)
     except (TypeError, ValueError) as e:
-        raise ZooError(f"{csv_path}: toxicity and {sensitive} must be numbers ({one_line(e)})") from e
+        raise ZooError(f"{csv_path}: toxicity and {sensitive} must be numbers ({flat(e)})") from e
     return df, y, a
 
 

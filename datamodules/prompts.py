@@ -26,9 +26,9 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import one_line, reading
+from zoo.data import reading
 from zoo.dpodiff.embedded import EMBEDDED_PROMPTS
-from zoo.errors import ZooError
+from zoo.errors import ZooError, flat
 
 DIFFUSIONDB = "poloclub/diffusiondb"
 
@@ -133,7 +133,7 @@ class PromptsDataModule(L.LightningDataModule):
             try:
                 prompts = [q for q in prompts if q in scores and keep(float(scores[q]))]
             except (TypeError, ValueError) as e:
-                raise ZooError(f"scores_path {p}: a score is not a number ({one_line(e)})") from e
+                raise ZooError(f"scores_path {p}: a score is not a number ({flat(e)})") from e
         if hp.max_prompts is not None and len(prompts) > hp.max_prompts:
             idx = np.sort(np.random.default_rng(hp.seed).choice(len(prompts), hp.max_prompts, replace=False))
             prompts = [prompts[i] for i in idx]

@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, flat
 
 #: What the standard readers raise on a damaged, truncated, empty or wrong-format file: OSError (a folder where a
 #: file belongs, a damaged gzip stream, PIL's UnidentifiedImageError), EOFError (an empty .npy/.npz, a truncated gzip),
@@ -33,11 +33,6 @@ from zoo.errors import ZooError
 #: container formats' own types. ZooError is a ValueError: `reading` passes it through unchanged.
 READ_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, ValueError, zipfile.BadZipFile, tarfile.TarError,
                                                 pickle.UnpicklingError, csv.Error)
-
-
-def one_line(e: BaseException) -> str:
-    """An exception's text on one line (pandas' parser messages end in a newline, some span several)."""
-    return " ".join(str(e).split())
 
 
 @contextmanager
@@ -50,7 +45,7 @@ def reading(path: Any, what: str, extra: tuple[type[BaseException], ...] = ()) -
     except ZooError:
         raise
     except (*READ_ERRORS, *extra) as e:
-        raise ZooError(f"{path} is not a readable {what} ({type(e).__name__}: {one_line(e)})") from e
+        raise ZooError(f"{path} is not a readable {what} ({type(e).__name__}: {flat(e)})") from e
 
 
 class EpochSampler(Sampler[int]):

@@ -18,7 +18,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from zoo.configs import load_yaml
-from zoo.errors import ZooError
+from zoo.errors import ZooError, flat
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.yaml"
@@ -123,11 +123,6 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def one_line_text(e: BaseException) -> str:
-    """An HTTP error's message on one line (huggingface_hub appends the request id and server text on new lines)."""
-    return " ".join(ln.strip() for ln in str(e).splitlines() if ln.strip()) or type(e).__name__
-
-
 def check_repo_id(repo: str, or_directory: bool = False) -> None:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -170,7 +165,7 @@ def _local_or_download(repo_or_dir: str | Path, revision: str | None, endpoint: 
         try:
             files = HfApi(endpoint=endpoint).list_repo_files(repo, revision=revision)
         except hub_errors() as e:
-            raise ZooError(f"cannot read Hub repo {repo!r}: {one_line_text(e)}") from e
+            raise ZooError(f"cannot read Hub repo {repo!r}: {flat(e)}") from e
         if WEIGHTS not in files:
             pickles = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
             what = f"only pickled weights ({', '.join(pickles)})" if pickles else "no model.safetensors"
@@ -180,7 +175,7 @@ def _local_or_download(repo_or_dir: str | Path, revision: str | None, endpoint: 
     except LocalEntryNotFoundError as e:
         raise ZooError(f"{repo!r} is not in the local HF cache and HF_HUB_OFFLINE is set; pull it first") from e
     except hub_errors() as e:
-        raise ZooError(f"cannot download {repo!r}: {one_line_text(e)}") from e
+        raise ZooError(f"cannot download {repo!r}: {flat(e)}") from e
     return Path(local)
 
 
@@ -321,7 +316,7 @@ def push(run_dir: str, *, repo: str, checkpoint: str = "last", private: bool = F
             info = api.upload_folder(repo_id=repo, folder_path=tmp,
                                      commit_message=commit_message or f"zoo push {Path(run_dir).name}")
         except hub_errors() as e:  # nothing is lost: the run dir is untouched, push again when the Hub answers
-            raise ZooError(f"cannot push to Hub repo {repo!r}: {one_line_text(e)}") from e
+            raise ZooError(f"cannot push to Hub repo {repo!r}: {flat(e)}") from e
     url = getattr(info, "commit_url", None) or str(info)
     print(url)
     return url

@@ -104,3 +104,11 @@ def test_gender_balance_with_an_odd_count_and_a_short_gender(released):
 def test_zero_batch_size_is_refused():
     with pytest.raises(ZooError, match="batch_size and eval_batch_size must be >= 1, got 0"):
         IMLDataModule(batch_size=0)
+
+
+def test_an_unparsable_cvdb_file_is_one_line(tmp_path):
+    bad = tmp_path / "cross-verified-database.csv"
+    bad.write_text("name,birth\n1,2\n3,4,5,6\n")  # a ragged row: pandas' message ends in a newline
+    with pytest.raises(ZooError, match=r"is not a readable csv \(ParserError: ") as info:
+        load_cvdb(bad)
+    assert "\n" not in str(info.value)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, flat
 
 # The CVDB columns the paper uses (Laouenan et al. 2022, "A cross-verified database of notable people").
 CVDB_COLUMNS = ("name", "birth", "death", "gender", "level3_main_occ", "string_citizenship_raw_d", "un_region",
@@ -146,7 +146,7 @@ def load_cvdb(path: str | Path, encoding: str = "auto") -> pd.DataFrame:
         raise ZooError(f"CVDB file {str(path)!r} is not {enc} text ({e.reason} at byte {e.start}); the release is "
                        f"{CVDB_ENCODING}: set data.init_args.encoding to auto") from e
     except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, EOFError) as e:
-        raise ZooError(f"CVDB file {str(path)!r} is not a readable csv ({type(e).__name__}: {e})") from e
+        raise ZooError(f"CVDB file {str(path)!r} is not a readable csv ({type(e).__name__}: {flat(e)})") from e
     missing = [c for c in CVDB_COLUMNS if c not in df.columns]
     if missing:
         raise ZooError(f"CVDB file {str(path)!r} lacks column(s) {', '.join(missing)}")
