@@ -50,7 +50,13 @@ def one_line(exc: BaseException) -> str:
     causes by indentation, so the line is the message's first line followed by the path down to its most deeply
     nested line (the innermost cause, e.g. 'Option 'hiden' is not accepted'); sibling branches are left out. A
     message without nesting keeps all its lines."""
-    lines = [(len(ln) - len(ln.lstrip()), ln.strip()) for ln in str(exc).splitlines() if ln.strip()]
+    text = str(exc)
+    if text.startswith("Caught ") and "in DataLoader worker process" in text.split("\n", 1)[0]:
+        # torch re-raises a worker's exception with the worker's traceback as its message; the original message is
+        # its last line, after "<module>.<Type>: "
+        last = text.rstrip().splitlines()[-1]
+        return last.split(": ", 1)[1] if ": " in last else last
+    lines = [(len(ln) - len(ln.lstrip()), ln.strip()) for ln in text.splitlines() if ln.strip()]
     if not lines:
         return type(exc).__name__
     if len(lines) == 1:

@@ -215,3 +215,21 @@ def test_one_line_keeps_a_flat_message_once_and_follows_a_nested_one_to_its_caus
                         "  Other branch")
     assert one_line(nested) == "Parser key \"model\": Does not validate: Option 'hiden' is not accepted"
     assert one_line(ValueError("")) == "ValueError"
+
+
+
+def test_one_line_unwraps_an_error_raised_in_a_dataloader_worker():
+    from torch.utils.data import DataLoader, Dataset
+
+    from zoo.errors import ZooError
+
+    class Damaged(Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            raise ZooError("/data/x.png is not a readable image (OSError: image file is truncated)")
+
+    with pytest.raises(ZooError) as info:  # torch puts the worker's traceback into the message
+        next(iter(DataLoader(Damaged(), num_workers=1)))
+    assert one_line(info.value) == "/data/x.png is not a readable image (OSError: image file is truncated)"
