@@ -69,10 +69,22 @@ def check_ranges(group: str, init_args: dict[str, Any]) -> None:
             raise ZooError(f"{where}: sandbox limits must be positive")
 
 
+def _resolve(class_path: str) -> Any:
+    """The class a dotted path names (zoo.gentle.GENTLEModule and zoo.gentle.module.GENTLEModule are one), or the path
+    itself when it does not import."""
+    import importlib
+
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return class_path
+
+
 def check_checkpoint_class(requested: str | None, restored: str | None, ckpt: str) -> None:
     """Lightning takes the model class from the checkpoint's hyper-parameters: another paper's (or another
     module's) checkpoint would build that model and meet this config's data deep inside a hook."""
-    if requested and restored and requested != restored:
+    if requested and restored and _resolve(requested) != _resolve(restored):  # one class may have several paths
         raise ZooError(f"{ckpt} holds a {restored.rsplit('.', 1)[-1]} ({restored}), but the config builds "
                        f"{requested}; use that run's own config, or a checkpoint of this model")
 

@@ -206,3 +206,7 @@ def test_a_checkpoint_of_another_model_is_refused_by_name(in_tmp, toy_config, ca
     assert main(["test", "--config", str(other), "--ckpt_path", str(last), "--wandb_mode", "disabled"]) == 2
     assert (f"{last} holds a ToyRegressor (zoo_toy.ToyRegressor), but the config builds zoo.gentle.GENTLEModule"
             in _one_error(capsys))
+    # the same class by another import path is the same model
+    from zoo.checks import check_checkpoint_class
+
+    check_checkpoint_class("zoo.gentle.module.GENTLEModule", "zoo.gentle.GENTLEModule", "x.ckpt")
