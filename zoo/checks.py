@@ -111,10 +111,11 @@ def _differs(a: Any, b: Any) -> bool:
         return str(a) != str(b)
 
 
-def check_trainable(class_path: str, subcommand: str) -> None:
+def check_verb(class_path: str, subcommand: str) -> None:
     """`zoo fit` on an evaluation-only module (CRUXEval, minnorm, DPO-Diff, cluster deletion) would fail deep in
-    Lightning ("No `training_step()` method defined"), after loading its base model; say which verb it takes."""
-    if subcommand != "fit" or "." not in class_path:
+    Lightning ("No `training_step()` method defined") after loading its base model, and `zoo predict` on a module
+    without a predict step would call its forward on a whole batch; say which verb it takes."""
+    if subcommand not in ("fit", "predict") or "." not in class_path:
         return
     import importlib
 
@@ -122,6 +123,9 @@ def check_trainable(class_path: str, subcommand: str) -> None:
 
     module, name = class_path.rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name, None)
-    if isinstance(cls, type) and issubclass(cls, L.LightningModule) and \
-            cls.training_step is L.LightningModule.training_step:
+    if not (isinstance(cls, type) and issubclass(cls, L.LightningModule)):
+        return
+    if subcommand == "fit" and cls.training_step is L.LightningModule.training_step:
         raise ZooError(f"{name} is evaluation only (it has no training step): run it with `zoo test`, not `zoo fit`")
+    if subcommand == "predict" and cls.predict_step is L.LightningModule.predict_step:
+        raise ZooError(f"{name} makes no predictions (it has no predict step): `zoo test` reports its metrics")

@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 
 from callbacks.last_checkpoint import LastCheckpoint, last_checkpoint_path
 from callbacks.model_card import ModelCardWriter
 from callbacks.nan_guard import NaNGuard
+from callbacks.predictions import PredictionWriter
 from callbacks.progress import ZooProgressBar
 from zoo.checks import (
     check_checkpoint,
@@ -23,7 +24,7 @@ from zoo.checks import (
     check_learning_rates,
     check_ranges,
     check_resume_settings,
-    check_trainable,
+    check_verb,
 )
 from zoo.registry import paper_of_class
 from zoo.rundir import (
@@ -171,7 +172,7 @@ class ZooCLI(LightningCLI):
         check_learning_rates(model_args)
         check_ranges("model", model_args)
         check_ranges("data", _init_args(cfg.get("data")))
-        check_trainable(_class_path(cfg.get("model")) or "", self.subcommand)
+        check_verb(_class_path(cfg.get("model")) or "", self.subcommand)
 
     def before_instantiate_classes(self) -> None:
         self.check_settings()
@@ -213,6 +214,8 @@ class ZooCLI(LightningCLI):
                                                                            for c in callbacks):
             callbacks.append(ZooProgressBar())
         callbacks += [NaNGuard(), ModelCardWriter(str(run_dir), self.config_name, self.paper_id)]
+        if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in callbacks):
+            callbacks.append(PredictionWriter(str(run_dir)))
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 
@@ -271,6 +274,9 @@ class ZooCLI(LightningCLI):
     def after_validate(self) -> None:
         self._report()
 
+    def after_predict(self) -> None:
+        self._report()
+
     def _report(self) -> None:
         from lightning.pytorch.loggers import WandbLogger
 
@@ -284,3 +290,6 @@ class ZooCLI(LightningCLI):
             last = last_checkpoint_path(self.trainer)
             if self.subcommand == "fit" and last:
                 print(f"zoo: last checkpoint {last}")
+            writer = next((c for c in self.trainer.callbacks if isinstance(c, PredictionWriter)), None)
+            if writer is not None and writer.path is not None:
+                print(f"zoo: predictions {writer.path}")

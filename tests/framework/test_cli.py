@@ -233,3 +233,29 @@ def test_one_line_unwraps_an_error_raised_in_a_dataloader_worker():
     with pytest.raises(ZooError) as info:  # torch puts the worker's traceback into the message
         next(iter(DataLoader(Damaged(), num_workers=1)))
     assert one_line(info.value) == "/data/x.png is not a readable image (OSError: image file is truncated)"
+
+
+def test_predict_writes_its_outputs_to_the_run_dir(in_tmp, toy_config, capsys):
+    import torch
+
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "1", "--wandb_mode", "disabled"]) == 0
+    run = next(Path("runs/toy").iterdir())
+    capsys.readouterr()
+    assert main(["predict", "--config", str(toy_config), "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+                 "--wandb_mode", "disabled"]) == 0
+    path = run / "predictions" / "predict.pt"
+    assert f"zoo: predictions {path.resolve()}" in capsys.readouterr().out
+    saved = torch.load(path, weights_only=True)  # tensors and plain containers only: no unpickling needed
+    (indices,) = saved["batch_indices"]  # one predict loader
+    assert [i for batch in indices for i in batch] == list(range(64))  # every example, in loader order
+    from zoo_toy import ToyData, ToyRegressor
+
+    from zoo.hub import load_checkpoint
+
+    model = ToyRegressor(hidden=8)
+    model.load_state_dict(load_checkpoint(run / "checkpoints" / "last.ckpt")["state_dict"])
+    data = ToyData()
+    data.setup("predict")
+    with torch.no_grad():
+        expected = model.eval()(data.ds.tensors[0])
+    torch.testing.assert_close(torch.cat(saved["predictions"]), expected)

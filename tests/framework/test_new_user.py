@@ -210,3 +210,12 @@ def test_a_checkpoint_of_another_model_is_refused_by_name(in_tmp, toy_config, ca
     from zoo.checks import check_checkpoint_class
 
     check_checkpoint_class("zoo.gentle.module.GENTLEModule", "zoo.gentle.GENTLEModule", "x.ckpt")
+
+
+def test_predict_on_a_module_without_predictions_says_so(in_tmp, capsys):
+    root = Path(__file__).resolve().parents[2]
+    assert main(["predict", "--config", str(root / "configs" / "smoke" / "bymi_simulation.yaml"),
+                 "--wandb_mode", "disabled"]) == 2
+    assert "ByMIExperiment makes no predictions (it has no predict step): `zoo test` reports its metrics" in \
+        _one_error(capsys)
+    assert not Path("runs").exists()

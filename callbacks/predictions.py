@@ -1,0 +1,47 @@
+"""`zoo predict` keeps what it predicts: the outputs of every predict batch go to the run dir, one file per rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+
+PREDICTIONS = "predictions"
+
+
+def _to_cpu(obj: Any) -> Any:
+    """Tensors to the CPU and numpy values to tensors and numbers, so that the file loads with weights_only=True."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj) if isinstance(obj, list) else tuple(_to_cpu(v) for v in obj)
+    return obj
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Writes `<run_dir>/predictions/predict.pt` (`predict-rank<r>.pt` on rank r > 0 of a multi-process run): the
+    list of the module's `predict_step` outputs, one item per batch in loader order, on the CPU, with the indices of
+    the examples in each batch. Tensors, numbers, strings and lists/dicts of them, so `torch.load(path,
+    weights_only=True)` reads it back without unpickling arbitrary objects."""
+
+    def __init__(self, run_dir: str):
+        super().__init__(write_interval="epoch")
+        self.out_dir = Path(run_dir) / PREDICTIONS
+        self.path: Path | None = None
+
+    def write_on_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, predictions: Any,
+                           batch_indices: Any) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        name = "predict.pt" if trainer.global_rank == 0 else f"predict-rank{trainer.global_rank}.pt"
+        self.path = self.out_dir / name
+        torch.save({"predictions": _to_cpu(predictions), "batch_indices": _to_cpu(batch_indices)}, self.path)
