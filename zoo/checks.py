@@ -117,12 +117,9 @@ def check_verb(class_path: str, subcommand: str) -> None:
     without a predict step would call its forward on a whole batch; say which verb it takes."""
     if subcommand not in ("fit", "predict") or "." not in class_path:
         return
-    import importlib
-
     import lightning as L
 
-    module, name = class_path.rsplit(".", 1)
-    cls = getattr(importlib.import_module(module), name, None)
+    cls, name = _resolve(class_path), class_path.rsplit(".", 1)[1]
     if not (isinstance(cls, type) and issubclass(cls, L.LightningModule)):
         return
     if subcommand == "fit" and cls.training_step is L.LightningModule.training_step:
