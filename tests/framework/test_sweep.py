@@ -271,3 +271,15 @@ def test_axis_references_follow_the_point(toy_config, tmp_path):
         {"name": "a", "config": str(toy_config), "axes": [], "args": {"data.init_args.seed": "${seed}"}}]}))
     with pytest.raises(ValueError, match="an axis this stage does not depend on"):
         load_sweep(f)
+
+
+def test_slurm_executor_without_slurm_is_refused_before_anything_is_written(in_tmp, toy_config, capsys, monkeypatch):
+    import zoo.sweep
+
+    monkeypatch.setattr(zoo.sweep.shutil, "which", lambda name: None)  # no srun: submitit would run it locally
+    f = write_sweep(in_tmp / "s.yaml", toy_config)
+    assert main(["sweep", str(f), "--executor", "slurm"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("zoo: error:")]
+    assert err == ["zoo: error: --executor slurm, but this machine has no SLURM (no srun on PATH); run the sweep "
+                   "where SLURM is, or use --executor local or submitit_local"]
+    assert not (in_tmp / "runs").exists()

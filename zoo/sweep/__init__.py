@@ -72,6 +72,9 @@ def sweep(file: str, jobs: int = 1, executor: Literal["local", "slurm", "submiti
             for verb in t.verbs:
                 print(f"  {t.id}: zoo {shlex.join(task_argv(t.to_dict(), verb, refs[t.id]))}")
         return str(sweep_dir)
+    if executor == "slurm" and shutil.which("srun") is None:  # submitit's AutoExecutor would run it here, silently
+        raise ZooError("--executor slurm, but this machine has no SLURM (no srun on PATH); run the sweep where SLURM "
+                       "is, or use --executor local or submitit_local")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     copy = sweep_dir / "sweep.yaml"
     if not copy.exists():
