@@ -280,6 +280,6 @@ def test_slurm_executor_without_slurm_is_refused_before_anything_is_written(in_t
     f = write_sweep(in_tmp / "s.yaml", toy_config)
     assert main(["sweep", str(f), "--executor", "slurm"]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("zoo: error:")]
-    assert err == ["zoo: error: --executor slurm, but this machine has no SLURM (no srun on PATH); run the sweep "
-                   "where SLURM is, or use --executor local or submitit_local"]
+    assert err == [("zoo: error: --executor slurm, but this machine has no SLURM (no srun on PATH); run the sweep "
+                    "where SLURM is, or use --executor local or submitit_local")]
     assert not (in_tmp / "runs").exists()
