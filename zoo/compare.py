@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from zoo.configs import flatten, load_yaml
-from zoo.errors import ZooError
+from zoo.errors import ZooError, flat
 from zoo.rundir import read_point, read_summary
 
 # Keys that differ between any two runs without meaning anything.
@@ -69,7 +69,12 @@ def wandb_runs(project: str) -> list[dict]:
     import wandb
 
     out = []
-    for r in wandb.Api().runs(project):
+    try:
+        runs = list(wandb.Api().runs(project))
+    except (wandb.errors.Error, ValueError, OSError) as e:  # not logged in, no network, no such project
+        raise ZooError(f"cannot read W&B project {project!r}: {flat(e)} (local run dirs need no W&B: zoo compare "
+                       "RUN_DIR...)") from e
+    for r in runs:
         config = flatten(dict(r.config))
         axes = {k[len("sweep."):]: v for k, v in config.items() if k.startswith("sweep.") and k != "sweep.stage"}
         if "sweep.stage" in config:

@@ -208,6 +208,17 @@ def test_compare_reads_a_wandb_project(monkeypatch, in_tmp, capsys):
     assert Path("w.png").stat().st_size > 0
 
 
+def test_compare_without_wandb_credentials_is_one_line(monkeypatch, in_tmp, capsys):
+    (in_tmp / "netrc").write_text("")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(in_tmp / "netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(in_tmp / "wandb_config"))
+    assert main(["compare", "--wandb_project", "me/zoo"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("zoo: error:")]
+    assert len(err) == 1 and err[0].startswith("zoo: error: cannot read W&B project 'me/zoo': ") and \
+        "local run dirs need no W&B" in err[0]
+
+
 def test_one_line_keeps_a_flat_message_once_and_follows_a_nested_one_to_its_cause():
     flat = ValueError("cannot load 'x/y' from the Hub or its cache\nCheck your connection or set HF_HUB_OFFLINE=1.")
     assert one_line(flat) == "cannot load 'x/y' from the Hub or its cache Check your connection or set HF_HUB_OFFLINE=1."
