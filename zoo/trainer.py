@@ -26,6 +26,7 @@ from zoo.checks import (
     check_resume_settings,
     check_verb,
 )
+from zoo.errors import ZooError
 from zoo.registry import paper_of_class
 from zoo.rundir import (
     RUN_DIR_ENV,
@@ -193,9 +194,13 @@ class ZooCLI(LightningCLI):
             run_dir = Path(os.environ[RUN_DIR_ENV])
         else:
             run_dir = Path(cfg["run_dir"]) if cfg.get("run_dir") else run_dir_of_checkpoint(cfg.get("ckpt_path"))
-            if run_dir is None:
-                run_dir = self.fresh_run_dir = new_run_dir(cfg["run_root"], stem)
-            run_dir.mkdir(parents=True, exist_ok=True)
+            try:  # a --run_dir that is a file, a --run_root that cannot be written
+                if run_dir is None:
+                    run_dir = self.fresh_run_dir = new_run_dir(cfg["run_root"], stem)
+                run_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                where = run_dir if run_dir is not None else Path(cfg["run_root"]) / stem
+                raise ZooError(f"cannot create the run dir {where} ({e.strerror or e}: {e.filename})") from e
             os.environ[RUN_DIR_ENV] = str(run_dir)
         self.run_dir = run_dir
         self.save_config_kwargs = {"run_dir": str(run_dir), "overwrite": False}

@@ -44,6 +44,8 @@ def bad_files(tmp_path):
     (["--checkpoint_every_n_steps", "0"], "checkpoint_every_n_steps must be a positive number"),
     (["--data.init_args.batch_size", "-4"], "data.init_args.batch_size = -4: a count or size cannot be negative"),
     (["--data.init_args.seed", "-1"], "data.init_args.seed = -1: seeds are non-negative integers"),
+    (["--run_dir", "{tmp}/list.yaml"], "cannot create the run dir {tmp}/list.yaml (File exists"),
+    (["--run_root", "{tmp}/list.yaml"], "cannot create the run dir {tmp}/list.yaml/toy (Not a directory"),
 ])
 def test_bad_inputs_are_one_line_errors_and_leave_no_run_dir(in_tmp, toy_config, bad_files, capsys, extra, needle):
     if "truncated" in extra[-1]:
@@ -53,7 +55,7 @@ def test_bad_inputs_are_one_line_errors_and_leave_no_run_dir(in_tmp, toy_config,
     before = set(Path("runs").rglob("config.yaml")) if Path("runs").exists() else set()
     extra = [a.replace("{tmp}", str(bad_files)) for a in extra]
     assert main(["fit", "--config", str(toy_config), "--wandb_mode", "disabled", *extra]) == 2
-    assert needle in _one_error(capsys)
+    assert needle.replace("{tmp}", str(bad_files)) in _one_error(capsys)
     after = set(Path("runs").rglob("config.yaml")) if Path("runs").exists() else set()
     assert after == before, "a failed run left a run dir behind"
 
