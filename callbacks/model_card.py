@@ -70,6 +70,7 @@ class ModelCardWriter(pl.Callback):
         fields["card_metadata"] = run_card_metadata(trainer)
         fields["environment"] = {stage: run_environment(trainer.strategy.root_device)}
         fields["model_class"] = f"{type(trainer.lightning_module).__module__}.{type(trainer.lightning_module).__qualname__}"
+        fields.update(status="finished", error=None)  # this command finished: a resume clears an earlier failure
         update_summary(run_dir, **fields)
         if self.render:
             from zoo.cards import write_card

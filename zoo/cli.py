@@ -208,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"zoo: error: {one_line(cause)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("zoo: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print("zoo: interrupted" + (f"; {e}" if str(e) else ""), file=sys.stderr)
         return 130
 
 

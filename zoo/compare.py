@@ -24,9 +24,9 @@ _NOISE = ("config", "run_root", "run_dir", "run_name", "ckpt_path", "trainer.def
 
 
 def is_finished(run_dir: Path) -> bool:
-    """A run that recorded at least one finished stage and was not marked failed."""
+    """A run that recorded at least one finished stage and whose last command did not fail or stop early."""
     s = read_summary(run_dir)
-    return bool(s.get("stages")) and s.get("status") != "failed"
+    return bool(s.get("stages")) and s.get("status") not in ("failed", "interrupted")
 
 
 def find_runs(paths: list[str]) -> list[Path]:

@@ -116,6 +116,8 @@ class ZooCLI(LightningCLI):
             )
         except BaseException as e:
             self._abandon(e)
+            if self._interrupted(e):  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
+                raise KeyboardInterrupt(self._resume_hint()) from e
             raise
 
     def _abandon(self, error: BaseException) -> None:
@@ -132,8 +134,26 @@ class ZooCLI(LightningCLI):
             shutil.rmtree(run_dir, ignore_errors=True)
             with contextlib.suppress(OSError):
                 run_dir.parent.rmdir()  # the config's group dir, if this was its only run
+        elif self._interrupted(error):
+            step = trainer.global_step if trainer is not None else "?"
+            update_summary(run_dir, status="interrupted", error=f"interrupted at global step {step}; "
+                                                                f"{self._resume_hint()}")
         else:
             update_summary(run_dir, status="failed", error=f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+
+    @staticmethod
+    def _interrupted(error: BaseException) -> bool:
+        """Ctrl-C: a KeyboardInterrupt, or the exit(1) Lightning raises while handling one (after a graceful
+        shutdown; Lightning marks a run 'interrupted' on any exception, so its status does not tell)."""
+        return isinstance(error, KeyboardInterrupt) or (isinstance(error, SystemExit)
+                                                        and isinstance(error.__context__, KeyboardInterrupt))
+
+    def _resume_hint(self) -> str:
+        trainer = getattr(self, "trainer", None)
+        last = last_checkpoint_path(trainer) if trainer is not None else None
+        if getattr(self, "subcommand", None) != "fit" or not last:
+            return "nothing to resume"
+        return f"resume with the same command plus --ckpt_path {last}"
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_root", type=str, default="runs",

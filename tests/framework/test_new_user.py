@@ -221,3 +221,25 @@ def test_predict_on_a_module_without_predictions_says_so(in_tmp, capsys):
     assert "ByMIExperiment makes no predictions (it has no predict step): `zoo test` reports its metrics" in \
         _one_error(capsys)
     assert not Path("runs").exists()
+
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_a_resume_finishes_it(in_tmp, toy_config, capsys, monkeypatch):
+    from zoo.compare import find_runs
+
+    args = ["fit", "--config", str(toy_config), "--trainer.max_epochs", "3", "--wandb_mode", "disabled"]
+    monkeypatch.setenv("ZOO_TOY_INTERRUPT_AT", "12")  # in epoch 2; last.ckpt holds epoch 1 (8 steps an epoch)
+    assert main(args) == 130
+    (run,) = Path("runs/toy").iterdir()
+    last = run / "checkpoints" / "last.ckpt"
+    hint = f"resume with the same command plus --ckpt_path {last}"
+    assert f"zoo: interrupted; {hint}" in capsys.readouterr().err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["error"] == f"interrupted at global step 12; {hint}"
+    assert find_runs(["runs"]) == []  # not a finished run
+
+    monkeypatch.delenv("ZOO_TOY_INTERRUPT_AT")
+    assert main([*args, "--ckpt_path", str(last)]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["error"] is None and summary["global_step"] == 24
+    assert find_runs(["runs"]) == [run]  # the resumed run counts again

@@ -40,6 +40,9 @@ class ToyRegressor(HubMixin, pl.LightningModule):
             step, micro = map(int, kill_at.split(","))
             if self.global_step == step and batch_idx % self.trainer.accumulate_grad_batches == micro:
                 os.kill(os.getpid(), signal.SIGKILL)
+        interrupt_at = os.environ.get("ZOO_TOY_INTERRUPT_AT")  # a Ctrl-C at that global step (interrupt tests)
+        if interrupt_at and self.global_step == int(interrupt_at):
+            raise KeyboardInterrupt
         if self.hparams.sleep:
             import time
 
