@@ -125,6 +125,8 @@ class ZooCLI(LightningCLI):
         (nothing is lost); any other run dir records the failure in summary.json, which lookups then skip."""
         run_dir = self.fresh_run_dir
         trainer = getattr(self, "trainer", None)
+        if run_dir is None and self._interrupted(error) and getattr(self, "subcommand", None) == "fit":
+            run_dir = getattr(self, "run_dir", None)  # a resumed fit stopped with Ctrl-C: its checkpoint moved on
         if run_dir is None or is_worker_process() or not run_dir.exists():
             return
         wandb = sys.modules.get("wandb")

@@ -243,3 +243,8 @@ def test_ctrl_c_marks_the_run_interrupted_and_a_resume_finishes_it(in_tmp, toy_c
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["error"] is None and summary["global_step"] == 24
     assert find_runs(["runs"]) == [run]  # the resumed run counts again
+
+    # resumed again for more epochs and stopped: the finished mark no longer holds
+    monkeypatch.setenv("ZOO_TOY_INTERRUPT_AT", "30")
+    assert main([*args[:4], "5", *args[5:], "--ckpt_path", str(last)]) == 130
+    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
