@@ -94,7 +94,7 @@ def _user_error(exc: BaseException, zoo_error: type) -> BaseException | None:
 def check_config_files(argv: list[str], zoo_error: type) -> None:
     """Every `--config` file exists and is a YAML mapping (jsonargparse says only 'Unexpected config' for an
     empty file or a list)."""
-    import yaml
+    from zoo.configs import read_yaml
 
     for k, tok in enumerate(argv):
         path = tok.split("=", 1)[1] if tok.startswith("--config=") else (
@@ -103,11 +103,7 @@ def check_config_files(argv: list[str], zoo_error: type) -> None:
             continue
         if not os.path.isfile(path):
             raise zoo_error(f"config file {path} does not exist")
-        try:
-            data = yaml.safe_load(open(path).read())
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise zoo_error(f"config file {path} is not valid YAML" + (f" (line {mark.line + 1})" if mark else ""))
+        data = read_yaml(path, "config file ")
         if not isinstance(data, dict):
             what = "empty" if data is None else f"a YAML {type(data).__name__}, not a mapping of options"
             raise zoo_error(f"config file {path} is {what}")

@@ -10,13 +10,19 @@ import yaml
 from zoo.errors import ZooError
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping the zoo wrote or reads (a run's config.yaml, a Hub repo's); a damaged one is a one-line error."""
+def read_yaml(path: str | Path, what: str = "") -> Any:
+    """A YAML file's content, whatever its type; a syntax or encoding error is a one-line error naming the line
+    (``what``, e.g. "config file ", goes in front of the path)."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        return yaml.safe_load(Path(path).read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         mark = getattr(e, "problem_mark", None)
-        raise ZooError(f"{path} is not valid YAML" + (f" (line {mark.line + 1})" if mark else f" ({e})")) from e
+        raise ZooError(f"{what}{path} is not valid YAML" + (f" (line {mark.line + 1})" if mark else f" ({e})")) from e
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping the zoo wrote or reads (a run's config.yaml, a Hub repo's); anything else reads as {}."""
+    data = read_yaml(path)
     return data if isinstance(data, dict) else {}
 
 

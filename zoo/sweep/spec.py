@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from zoo.configs import read_yaml
 from zoo.errors import ZooError
 from zoo.registry import ROOT
 
@@ -183,10 +184,7 @@ def load_sweep(file: str | Path, name: str | None = None) -> Sweep:
     path = Path(file)
     if not path.is_file():
         raise ZooError(f"sweep file {path} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise _fail(path, f"is not valid YAML ({type(e).__name__} at {getattr(e, 'problem_mark', '?')})") from e
+    raw = read_yaml(path, "sweep file ")
     if not isinstance(raw, dict):
         raise _fail(path, f"must be a mapping of {', '.join(sorted(TOP_KEYS))}; got {type(raw).__name__}")
     unknown = sorted(set(raw) - TOP_KEYS)
