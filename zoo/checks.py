@@ -69,6 +69,14 @@ def check_ranges(group: str, init_args: dict[str, Any]) -> None:
             raise ZooError(f"{where}: sandbox limits must be positive")
 
 
+def check_init_args(model_args: dict[str, Any], data_args: dict[str, Any]) -> None:
+    """Every check of model and data settings that needs nothing built: the trainer runs it on a command's resolved
+    config, `zoo sweep` also on each point's own values."""
+    check_learning_rates(model_args)
+    check_ranges("model", model_args)
+    check_ranges("data", data_args)
+
+
 def _resolve(class_path: str) -> Any:
     """The class a dotted path names (zoo.gentle.GENTLEModule and zoo.gentle.module.GENTLEModule are one), or the path
     itself when it does not import."""

@@ -21,8 +21,7 @@ from callbacks.progress import ZooProgressBar
 from zoo.checks import (
     check_checkpoint,
     check_checkpoint_class,
-    check_learning_rates,
-    check_ranges,
+    check_init_args,
     check_resume_settings,
     check_verb,
 )
@@ -191,10 +190,7 @@ class ZooCLI(LightningCLI):
         """The checks of a command's settings that need nothing built (`zoo sweep` runs them for every point before
         anything starts)."""
         cfg = self._cfg()
-        model_args = _init_args(cfg.get("model"))
-        check_learning_rates(model_args)
-        check_ranges("model", model_args)
-        check_ranges("data", _init_args(cfg.get("data")))
+        check_init_args(_init_args(cfg.get("model")), _init_args(cfg.get("data")))
         check_verb(_class_path(cfg.get("model")) or "", self.subcommand)
 
     def before_instantiate_classes(self) -> None:

@@ -23,7 +23,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from zoo.checks import check_learning_rates, check_ranges
+from zoo.checks import check_init_args
 from zoo.errors import ZooError
 from zoo.rundir import POINT, read_record, read_summary
 from zoo.sweep.spec import Sweep, Task, cli_args
@@ -347,13 +347,13 @@ def validate(tasks: list[Task]) -> None:
 
 
 def check_point_values(t: Task) -> None:
-    """A point's own override values (grid, variants, args) against the ranges their names imply."""
+    """A point's own override values (grid, variants, args) against the trainer's settings checks."""
+    args: dict[str, dict[str, Any]] = {"model": {}, "data": {}}
     for key, value in t.overrides.items():
         group, _, name = key.partition(".init_args.")
-        if group in ("model", "data") and name:
-            try:
-                check_ranges(group, {name: value})
-                if group == "model":
-                    check_learning_rates({name: value})
-            except ZooError as e:
-                raise ZooError(f"point {t.id}: {e}") from e
+        if group in args and name:
+            args[group][name] = value
+    try:
+        check_init_args(args["model"], args["data"])
+    except ZooError as e:
+        raise ZooError(f"point {t.id}: {e}") from e
