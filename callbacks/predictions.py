@@ -9,23 +9,17 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning_utilities.core.apply_func import apply_to_collection
 
 PREDICTIONS = "predictions"
 
 
 def _to_cpu(obj: Any) -> Any:
-    """Tensors to the CPU and numpy values to tensors and numbers, so that the file loads with weights_only=True."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(obj))
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_cpu(v) for v in obj) if isinstance(obj, list) else tuple(_to_cpu(v) for v in obj)
-    return obj
+    """Tensors to the CPU and numpy values to tensors and numbers, through any nesting of lists, tuples and dicts,
+    so that the file loads with weights_only=True."""
+    obj = apply_to_collection(obj, torch.Tensor, lambda t: t.detach().cpu())
+    obj = apply_to_collection(obj, np.ndarray, lambda a: torch.from_numpy(np.ascontiguousarray(a)))
+    return apply_to_collection(obj, np.generic, lambda v: v.item())
 
 
 class PredictionWriter(BasePredictionWriter):

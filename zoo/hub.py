@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import torch
 import yaml
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from zoo.configs import load_yaml
@@ -110,8 +110,6 @@ def save_state_dict(state: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-
     try:
         with safe_open(str(path), framework="pt") as f:
             state = {k: f.get_tensor(k) for k in f.keys()}

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -123,8 +124,10 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.lru_cache(maxsize=1)
 def _source_commit() -> str | None:
-    """The git commit of the zoo checkout this code runs from (None outside one, e.g. an installed wheel)."""
+    """The git commit of the zoo checkout this code runs from (None outside one, e.g. an installed wheel); asked
+    once per process (the code a process runs is the code it loaded), not at every stage's end."""
     root = Path(__file__).resolve().parents[1]
     if not (root / ".git").exists():
         return None
