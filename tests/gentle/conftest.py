@@ -24,6 +24,13 @@ def trainer(**kw):
                      enable_model_summary=False, num_sanity_val_steps=0, **kw)
 
 
+def fit_and_test(model, dm, **kw) -> dict:
+    """Fit `model` on `dm` for one epoch with the quiet trainer, then its test metrics."""
+    t = trainer(max_epochs=1, **kw)
+    t.fit(model, datamodule=dm)
+    return t.test(model, datamodule=dm, verbose=False)[0]
+
+
 def maximise_semi_dual(a, b, eps, term=semi_dual):
     """Free potential vector v on the target points b, maximising the semi-dual by L-BFGS in float64; returns
     `term` (the semi-dual itself, or e.g. its debiased form) at the maximiser, and v."""

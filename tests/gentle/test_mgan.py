@@ -15,7 +15,7 @@ from zoo.errors import ZooError
 from zoo.gentle import MGANModule
 from zoo.gentle.mgan import lsgan_discriminator_loss, lsgan_generator_loss, monotone_term
 
-from .conftest import tiny_data, trainer
+from .conftest import fit_and_test, tiny_data, trainer
 
 
 def tiny_rows(**kw):
@@ -176,9 +176,7 @@ def test_samples_are_destandardised_and_the_hub_round_trip_keeps_them(tmp_path):
     L.seed_everything(4, verbose=False)
     dm = tiny_rows()
     model = MGANModule(x_dim=3, n_eval_samples=50)
-    t = trainer(max_epochs=1)
-    t.fit(model, datamodule=dm)
-    out = t.test(model, datamodule=dm, verbose=False)[0]
+    out = fit_and_test(model, dm)
     assert {"test/wd", "test/ks"} <= set(out) and 0 <= out["test/ks"] <= 1
     x = torch.randn(3, 3)
     torch.manual_seed(0)

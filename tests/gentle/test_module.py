@@ -10,7 +10,7 @@ from zoo.errors import ZooError
 from zoo.gentle import CWGANModule, GENTLEModule, NearestNeighboursModule, PooledMarginalModule
 from zoo.gentle.nets import MLPM
 
-from .conftest import tiny_data, trainer
+from .conftest import fit_and_test, tiny_data, trainer
 
 
 def test_mlpm_layout_and_initialisation():
@@ -140,9 +140,7 @@ def test_evaluation_logs_wd_and_ks_and_samples_are_destandardised():
     L.seed_everything(2, verbose=False)
     dm = tiny_data()
     model = PooledMarginalModule(x_dim=3, n_eval_samples=50)
-    t = trainer(max_epochs=1)
-    t.fit(model, datamodule=dm)
-    out = t.test(model, datamodule=dm, verbose=False)[0]
+    out = fit_and_test(model, dm)
     assert set(out) == {"test/wd", "test/ks", "test/spread_ratio"} and 0 <= out["test/ks"] <= 1
     draws = model.sample(torch.zeros(2, 3), 40).numpy()
     train_y = dm.frames["train"]["y"].to_numpy()
