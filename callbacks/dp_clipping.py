@@ -132,7 +132,9 @@ class DPClipping(pl.Callback):
         if trainer.gradient_clip_val:
             raise ZooError("DPClipping: unset trainer.gradient_clip_val (DPClipping clips per sample)")
         if trainer.world_size > 1:
-            raise ZooError("DPClipping: runs in a single process (world_size > 1 is not supported)")
+            raise ZooError(f"DPClipping: runs in a single process (DDP would average the processes' noise, and the "
+                           f"privacy accounting would not hold), but this run has {trainer.world_size}; set "
+                           f"--trainer.devices 1")
         if "16-mixed" in str(trainer.precision) and not str(trainer.precision).startswith("bf"):
             raise ZooError("DPClipping: precision 16-mixed scales gradients; use 32, 64 or bf16")
         self.clipper = PerSampleClipper(pl_module, self.mode, self.max_grad_norm)

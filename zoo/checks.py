@@ -134,3 +134,54 @@ def check_verb(class_path: str, subcommand: str) -> None:
         raise ZooError(f"{name} is evaluation only (it has no training step): run it with `zoo test`, not `zoo fit`")
     if subcommand == "predict" and cls.predict_step is L.LightningModule.predict_step:
         raise ZooError(f"{name} makes no predictions (it has no predict step): `zoo test` reports its metrics")
+
+
+def requested_processes(devices: Any, num_nodes: Any = 1) -> int | None:
+    """How many processes a trainer's `devices` and `num_nodes` ask for, in Lightning's forms (2, "2", "0,1",
+    [0, 1]); None where Lightning decides ("auto", -1, "-1": every GPU there is)."""
+    if devices is None or str(devices).strip() in ("auto", "-1"):
+        return None
+    if isinstance(devices, (list, tuple)):
+        per_node = len(devices)
+    elif isinstance(devices, str) and "," in devices:
+        per_node = len([d for d in devices.split(",") if d.strip()])
+    else:
+        try:
+            per_node = int(devices)
+        except (TypeError, ValueError):
+            return None  # Lightning's own check names a malformed value
+    return per_node * int(num_nodes or 1)
+
+
+def one_process_reason(model: type | str, subcommand: str) -> str | None:
+    """Why a command on a module (its class, or class path) runs in one process, or None where DDP is fine: every
+    evaluation (DDP's sampler pads the data by repeating examples and each rank would report its own share), and
+    training of a module that says why it cannot be split (its class attribute `single_process`)."""
+    if subcommand != "fit":
+        return (f"evaluation ({subcommand}) runs in one process: under DDP each rank would score a share of the "
+                f"data padded with repeated examples")
+    cls = _resolve(model) if isinstance(model, str) and "." in model else model
+    reason = getattr(cls, "single_process", None)
+    return f"{getattr(cls, '__name__', model)} trains in one process: {reason}" if reason else None
+
+
+def check_processes(class_path: str, subcommand: str, trainer: dict[str, Any]) -> None:
+    """`zoo fit` asked explicitly for several processes for a module that trains in one: a one-line error before
+    anything is built (evaluation is moved to one process by the trainer instead, and "auto" resolved to one)."""
+    n = requested_processes(trainer.get("devices"), trainer.get("num_nodes"))
+    reason = one_process_reason(class_path, subcommand) if subcommand == "fit" and n is not None and n > 1 else None
+    if reason:
+        raise ZooError(f"{reason}; set --trainer.devices 1 (and --trainer.num_nodes 1)")
+
+
+def check_trainer_settings(trainer: dict[str, Any]) -> None:
+    """Trainer options Lightning accepts but the zoo cannot honour, or Lightning itself would fail on late:
+    `default_root_dir` (every run gets its own dir under --run_root, so it was silently ignored), and
+    `check_val_every_n_epoch` 0 or negative (a ZeroDivisionError at the first epoch end, or no validation)."""
+    if trainer.get("default_root_dir") is not None:
+        raise ZooError(f"trainer.default_root_dir = {trainer['default_root_dir']}: the zoo gives every run its own "
+                       f"dir; use --run_root DIR (runs go to DIR/<config name>/<timestamp>/) or --run_dir DIR")
+    every = trainer.get("check_val_every_n_epoch")
+    if isinstance(every, int) and not isinstance(every, bool) and every < 1:
+        raise ZooError(f"trainer.check_val_every_n_epoch = {every}: validate every N >= 1 epochs, or set it to null "
+                       f"(with val_check_interval in steps)")

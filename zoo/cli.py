@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import typing
+from pathlib import Path
 
 TRAINER_VERBS = ("fit", "validate", "test", "predict")
 # function verbs -> (module, function); only the chosen one is imported (`zoo list` needs no torch)
@@ -88,7 +89,21 @@ def _user_error(exc: BaseException, zoo_error: type) -> BaseException | None:
         from lightning.fabric.utilities.exceptions import MisconfigurationException
 
         user += (MisconfigurationException,)
-    return exc if isinstance(exc, user) else None
+    return exc if isinstance(exc, user) or _trainer_setting_error(exc) else None
+
+
+def _trainer_setting_error(exc: BaseException) -> bool:
+    """A ValueError that Lightning's trainer or loops raise themselves: they check trainer options against the data
+    (`val_check_interval` above the number of batches, ...) with plain ValueErrors. One raised in a module's own
+    code, or in LightningModule.log (a bug of ours, not a setting), keeps its traceback."""
+    if not isinstance(exc, ValueError) or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    parts = Path(tb.tb_frame.f_code.co_filename).parts
+    return any(parts[k:k + 3] in (("lightning", "pytorch", "trainer"), ("lightning", "pytorch", "loops"))
+               for k in range(len(parts)))
 
 
 def check_config_files(argv: list[str], zoo_error: type) -> None:

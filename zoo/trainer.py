@@ -12,7 +12,9 @@ from typing import Any, Literal, Optional
 from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.strategies import DDPStrategy
 
+from callbacks.distributed import DistributedSettings
 from callbacks.last_checkpoint import LastCheckpoint, last_checkpoint_path
 from callbacks.model_card import ModelCardWriter
 from callbacks.nan_guard import NaNGuard
@@ -22,8 +24,12 @@ from zoo.checks import (
     check_checkpoint,
     check_checkpoint_class,
     check_init_args,
+    check_processes,
     check_resume_settings,
+    check_trainer_settings,
     check_verb,
+    one_process_reason,
+    requested_processes,
 )
 from zoo.errors import ZooError
 from zoo.registry import paper_of_class
@@ -192,6 +198,8 @@ class ZooCLI(LightningCLI):
         cfg = self._cfg()
         check_init_args(_init_args(cfg.get("model")), _init_args(cfg.get("data")))
         check_verb(_class_path(cfg.get("model")) or "", self.subcommand)
+        check_processes(_class_path(cfg.get("model")) or "", self.subcommand, cfg.get("trainer") or {})
+        check_trainer_settings(cfg.get("trainer") or {})
 
     def before_instantiate_classes(self) -> None:
         self.check_settings()
@@ -228,6 +236,7 @@ class ZooCLI(LightningCLI):
         trainer_cfg = cfg.get("trainer", {})
         run_dir = self.run_dir
         kwargs.setdefault("default_root_dir", str(run_dir))
+        kwargs.update(self._one_process(trainer_cfg))
         if trainer_cfg.get("logger") in (None, True):
             kwargs["logger"] = self._loggers(cfg)
         callbacks = list(trainer_cfg.get("callbacks") or [])
@@ -236,11 +245,26 @@ class ZooCLI(LightningCLI):
         if trainer_cfg.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar)
                                                                            for c in callbacks):
             callbacks.append(ZooProgressBar())
-        callbacks += [NaNGuard(), ModelCardWriter(str(run_dir), self.config_name, self.paper_id)]
+        callbacks += [DistributedSettings(), NaNGuard(), ModelCardWriter(str(run_dir), self.config_name, self.paper_id)]
         if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in callbacks):
             callbacks.append(PredictionWriter(str(run_dir)))
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
+
+    def _one_process(self, trainer_cfg: dict[str, Any]) -> dict[str, Any]:
+        """Trainer settings that keep a command in one process where it must be (see `one_process_reason`):
+        "auto" devices would take every GPU; an evaluation with a config that trains on several (a DDP config's
+        own `zoo test`) runs in one, with a note."""
+        reason = one_process_reason(type(self.model), self.subcommand)
+        n = requested_processes(trainer_cfg.get("devices"), trainer_cfg.get("num_nodes"))
+        if not reason or n == 1:
+            return {}
+        if n is None:
+            return {"devices": 1}
+        print(f"zoo: {reason}; running it on 1 device instead of {n}", file=sys.stderr)
+        strategy = trainer_cfg.get("strategy")
+        ddp = isinstance(strategy, DDPStrategy) or (isinstance(strategy, str) and strategy.startswith("ddp"))
+        return {"devices": 1, "num_nodes": 1, **({"strategy": "auto"} if ddp else {})}
 
     def _checkpoints(self, cfg: Any) -> list:
         """`last.ckpt` (every epoch and, if asked, every N steps) for resume; plus best-1 by the

@@ -107,6 +107,9 @@ def test_seed_is_recorded_when_random(in_tmp, toy_config):
         (["--model.class_path", "zoo_toy.Nope"], "Nope"),
         (["--data.init_args.path", "/no/such/dir"], "/no/such/dir"),
         (["--model.init_args.hidden", "0"], "hidden must be positive"),  # raised inside __init__
+        (["--trainer.val_check_interval", "1000"], "val_check_interval"),  # a plain ValueError in Lightning's loop
+        (["--trainer.check_val_every_n_epoch", "0"], "check_val_every_n_epoch = 0"),  # was a ZeroDivisionError
+        (["--trainer.default_root_dir", "elsewhere"], "--run_root"),  # was ignored without a word
     ],
 )
 def test_bad_input_is_one_line_error(in_tmp, toy_config, capsys, extra, needle):
@@ -270,3 +273,12 @@ def test_predict_writes_its_outputs_to_the_run_dir(in_tmp, toy_config, capsys):
     with torch.no_grad():
         expected = model.eval()(data.ds.tensors[0])
     torch.testing.assert_close(torch.cat(saved["predictions"]), expected)
+
+
+def test_a_value_error_of_our_own_code_is_not_taken_for_a_setting():
+    from zoo.cli import _user_error
+    from zoo.errors import ZooError
+
+    with pytest.raises(ValueError) as info:
+        raise ValueError("a bug in a module")  # raised here, not in Lightning's trainer or loops
+    assert _user_error(info.value, ZooError) is None

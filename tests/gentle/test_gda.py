@@ -66,3 +66,18 @@ def test_second_step_uses_the_moved_anchors():
 def test_proximal_penalty_sums_all_tensors():
     p = [torch.ones(2, 2), torch.zeros(3)]
     assert proximal_penalty(p, [torch.zeros(2, 2), torch.full((3,), 2.0)]).item() == 4 + 12
+
+
+def test_each_players_objective_reaches_only_that_player_and_the_flags_come_back():
+    # DDP expects a gradient for every parameter a loss reaches: the other player is off the graph
+    _, _, _, theta, phi, f = game()
+    seen = []
+
+    def watched():
+        seen.append((theta.requires_grad, phi.requires_grad))
+        return f()
+
+    anchors = (make_anchors([theta]), make_anchors([phi]))
+    step(theta, phi, watched, anchors, lambda p: torch.optim.SGD(p, lr=LR))
+    assert seen == [(True, False), (False, True)]
+    assert theta.requires_grad and phi.requires_grad

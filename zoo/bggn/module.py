@@ -124,8 +124,9 @@ class BiasClassifierModule(HubMixin, L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         loss, logits = self._loss(batch)
-        self.log("val/loss", loss.mean(), batch_size=len(loss))
-        self.log("val/accuracy", ((logits > 0).long() == batch[1]).float().mean(), batch_size=len(loss))
+        self.log("val/loss", loss.mean(), batch_size=len(loss), sync_dist=True)
+        self.log("val/accuracy", ((logits > 0).long() == batch[1]).float().mean(), batch_size=len(loss),
+                 sync_dist=True)
 
     def on_test_epoch_start(self):
         self._losses, self._attrs, self._correct = [], [], 0
@@ -208,7 +209,7 @@ class BiasPredictorModule(HubMixin, L.LightningModule):
 
     def validation_step(self, batch, batch_idx):  # held-out (unseen) combinations
         x, bias = batch[0], batch[1]
-        self.log("val/mae", (self(x) - bias).abs().mean(), prog_bar=True, batch_size=len(x))
+        self.log("val/mae", (self(x) - bias).abs().mean(), prog_bar=True, batch_size=len(x), sync_dist=True)
 
     def test_step(self, batch, batch_idx):
         a, bias, seen = batch
@@ -371,6 +372,9 @@ class BGGNModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
         decoder_lr, encoder_lr: Adam (official ``de_vae_bias_lr: 1e-5``, ``en_vae_bias_lr: 2e-5``).
         encoder_every: the encoder is refit every this many iterations (official 3).
         predictor_hidden_dim, predictor_feature_dim, n_bins: the predictor's shape.""" + _EVAL_DOC
+
+    single_process = ("it trains on combinations its own generator samples, so DDP's processes, seeded alike, "
+                      "would draw the same ones")
 
     def __init__(self, d: int = 10, latent_dim: int = 200, hidden_dim: int = 500, vae_from: Optional[str] = None,
                  predictor_from: Optional[str] = None, form: Literal["paper", "official"] = "paper",

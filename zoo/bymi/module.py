@@ -131,9 +131,10 @@ class ByMIExperiment(HubMixin, L.LightningModule):
         with torch.no_grad():
             if self.hparams.model == "logistic":
                 acc = ((F.pad(batch["x"], (0, 1), value=1.0) @ self.theta).argmax(-1) == batch["y"]).double().mean()
-                self.log("val/acc", acc, prog_bar=True, batch_size=len(batch["x"]))
+                self.log("val/acc", acc, prog_bar=True, batch_size=len(batch["x"]), sync_dist=True)
             else:
-                self.log("val/loss", self.loss(self.theta, batch), prog_bar=True, batch_size=len(batch["x"]))
+                self.log("val/loss", self.loss(self.theta, batch), prog_bar=True, batch_size=len(batch["x"]),
+                         sync_dist=True)  # every DDP process decides on early stopping from the same value
 
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking:

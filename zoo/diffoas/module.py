@@ -83,7 +83,8 @@ class NeuralOperatorModule(HubMixin, L.LightningModule):
     def _step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch
         err = relative_l2(self(x), y)
-        self.log(f"{stage}/rel_l2", err.mean(), prog_bar=stage != "train", batch_size=x.shape[0])
+        self.log(f"{stage}/rel_l2", err.mean(), prog_bar=stage != "train", batch_size=x.shape[0],
+                 sync_dist=stage != "train")
         return err.mean()
 
     def training_step(self, batch, batch_idx):

@@ -123,8 +123,8 @@ class DPSASRecModule(HubMixin, pl.LightningModule):
     def _eval(self, batch, split: str):
         hit, ndcg = rank_metrics(self(batch["seq"]), batch["target"], self.hparams.top_k)
         k, b = self.hparams.top_k, hit.shape[0]
-        self.log(f"{split}/hr{k}", hit.mean(), batch_size=b, prog_bar=split == "val")
-        self.log(f"{split}/ndcg{k}", ndcg.mean(), batch_size=b, prog_bar=split == "val")
+        self.log(f"{split}/hr{k}", hit.mean(), batch_size=b, prog_bar=split == "val", sync_dist=True)
+        self.log(f"{split}/ndcg{k}", ndcg.mean(), batch_size=b, prog_bar=split == "val", sync_dist=True)
 
     def validation_step(self, batch, batch_idx):
         self._eval(batch, "val")

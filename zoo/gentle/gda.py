@@ -9,7 +9,8 @@ The anchors start as copies of the initial parameters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -32,6 +33,21 @@ def update_anchors(anchors: Sequence[torch.Tensor], params: Params, rate: float)
         a.lerp_(p.detach(), rate)
 
 
+@contextmanager
+def frozen(params: Params) -> Iterator[None]:
+    """The other player's parameters without requires_grad while one player's objective is built and differentiated,
+    so its graph reaches only the player being updated: DDP expects a gradient for every parameter a loss reaches
+    (its gradients would have been discarded anyway; the gradients of the player updated are unchanged)."""
+    before = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in zip(params, before):
+            p.requires_grad_(flag)
+
+
 def smoothed_gda_step(
     min_params: Params, max_params: Params, min_anchors: Sequence[torch.Tensor], max_anchors: Sequence[torch.Tensor],
     min_loss: Callable[[], torch.Tensor], max_objective: Callable[[], torch.Tensor],
@@ -45,19 +61,21 @@ def smoothed_gda_step(
     backward = backward or (lambda loss, inputs: torch.autograd.backward(loss, inputs=inputs))
     min_params, max_params = list(min_params), list(max_params)
 
-    f = min_loss()
-    prox_min = proximal_penalty(min_params, min_anchors)
-    loss = f + 0.5 * r1 * prox_min
-    min_opt.zero_grad()
-    backward(loss, inputs=min_params)
-    min_opt.step()
+    with frozen(max_params):
+        f = min_loss()
+        prox_min = proximal_penalty(min_params, min_anchors)
+        loss = f + 0.5 * r1 * prox_min
+        min_opt.zero_grad()
+        backward(loss, inputs=min_params)
+        min_opt.step()
 
-    g = max_objective()
-    prox_max = proximal_penalty(max_params, max_anchors)
-    ascent = g - 0.5 * r2 * prox_max
-    max_opt.zero_grad()
-    backward(-ascent, inputs=max_params)
-    max_opt.step()
+    with frozen(min_params):
+        g = max_objective()
+        prox_max = proximal_penalty(max_params, max_anchors)
+        ascent = g - 0.5 * r2 * prox_max
+        max_opt.zero_grad()
+        backward(-ascent, inputs=max_params)
+        max_opt.step()
 
     update_anchors(min_anchors, min_params, beta)
     update_anchors(max_anchors, max_params, mu)

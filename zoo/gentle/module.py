@@ -38,6 +38,8 @@ class ConditionalGeneratorModule(HubMixin, L.LightningModule):
     monitor = "val/wd"
     monitor_mode = "min"
     batch_by = "covariate"  # how the datamodule must batch training data
+    # manual optimisation of two networks (map and potential, generator and critic): each backward reaches one
+    ddp_find_unused_parameters = True
 
     def __init__(self, x_dim: int, n_eval_samples: int):
         super().__init__()
@@ -94,7 +96,8 @@ class ConditionalGeneratorModule(HubMixin, L.LightningModule):
         generated = self.sample(x, self.hparams.n_eval_samples).double().cpu().numpy()
         scores = conditional_scores(list(generated), [b[1].cpu().numpy() for b in batch])
         for name, values in scores.items():
-            self.log(f"{stage}/{name}", float(values.mean()), batch_size=len(batch), prog_bar=stage == "val")
+            self.log(f"{stage}/{name}", float(values.mean()), batch_size=len(batch), prog_bar=stage == "val",
+                     sync_dist=True)  # under DDP: the mean over every process's covariates, weighted by their number
 
     def validation_step(self, batch, batch_idx):
         self._evaluate(batch, "val")
@@ -416,10 +419,11 @@ class CWGANModule(ConditionalGeneratorModule):
         # ds-wgan counts batches from 1 and makes batch k a generator step when k % critic_steps == 0; one
         # optimizer steps per batch, so global_step counts batches
         if (self.global_step + 1) % self.hparams.critic_steps == 0:
-            loss = -self.critic(self.generator(x, self._lower_standardised()), x).mean()
-            opt_g.zero_grad()
-            self.manual_backward(loss, inputs=list(self.generator.parameters()))
-            opt_g.step()
+            with self.toggled_optimizer(opt_g):  # the critic's weights off the graph (DDP expects a grad for all)
+                loss = -self.critic(self.generator(x, self._lower_standardised()), x).mean()
+                opt_g.zero_grad()
+                self.manual_backward(loss, inputs=list(self.generator.parameters()))
+                opt_g.step()
             self.log("train/generator_loss", loss.detach(), batch_size=len(y))
             return
         y_hat = self.generator(x, self._lower_standardised()).detach()
@@ -440,6 +444,7 @@ class _StoringBaseline(ConditionalGeneratorModule):
     `stored`, whose sizes a checkpoint or Hub file then sets. One batch of one epoch is enough."""
 
     stored: tuple[str, ...] = ()
+    single_process = "it stores the training data it sees, and under DDP each process would see a share"
 
     def __init__(self, x_dim: int, n_eval_samples: int):
         super().__init__(x_dim, n_eval_samples)

@@ -89,6 +89,8 @@ class GFNPGModule(HubMixin, L.LightningModule):
 
     monitor = "val/tv"
     monitor_mode = "min"
+    single_process = ("it samples its own trajectories, so DDP's processes, seeded alike, would draw the same batch, "
+                      "and RL-T's line search moves the policy outside DDP's gradient averaging")
 
     def __init__(
         self,

@@ -149,7 +149,7 @@ class IMLModule(HubMixin, L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         loss = self.lm_loss(batch["text"])
-        self.log("val/loss", loss, batch_size=len(batch["text"]))
+        self.log("val/loss", loss, batch_size=len(batch["text"]), sync_dist=True)
         return loss
 
     def test_step(self, batch, batch_idx):

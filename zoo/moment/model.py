@@ -201,4 +201,7 @@ class MOMENT(nn.Module):
         for module, frozen in ((self.patch_embedding, embedder), (self.encoder, encoder), (self.head, head)):
             for p in module.parameters():
                 p.requires_grad_(not frozen)
+        # the T5 token embedding never sees an input (it gets no gradient, so AdamW would not touch it either);
+        # trainable, it would stop DDP, which expects a gradient for every trainable parameter
+        self.encoder.embed_tokens.weight.requires_grad_(False)
         return self

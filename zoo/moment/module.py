@@ -171,9 +171,10 @@ class MOMENTForecastingModule(_MOMENTModule):
         pred = self(batch["x"], batch["input_mask"])
         mse = torch.nn.functional.mse_loss(pred.float(), batch["y"])
         n = batch["x"].shape[0]
-        self.log(f"{stage}/mse", mse, prog_bar=stage != "train", batch_size=n)
+        self.log(f"{stage}/mse", mse, prog_bar=stage != "train", batch_size=n, sync_dist=stage != "train")
         if stage != "train":
-            self.log(f"{stage}/mae", torch.nn.functional.l1_loss(pred.float(), batch["y"]), batch_size=n)
+            self.log(f"{stage}/mae", torch.nn.functional.l1_loss(pred.float(), batch["y"]), batch_size=n,
+                     sync_dist=True)
         return mse
 
     def training_step(self, batch, batch_idx):
@@ -275,7 +276,8 @@ class MOMENTReconstructionModule(_MOMENTModule):
         self._gen = torch.Generator(device=self.device).manual_seed(self.hparams.eval_seed)
 
     def validation_step(self, batch, batch_idx):
-        self.log("val/loss", self._loss(batch, self._gen), prog_bar=True, batch_size=batch["x"].shape[0])
+        self.log("val/loss", self._loss(batch, self._gen), prog_bar=True, batch_size=batch["x"].shape[0],
+                 sync_dist=True)
 
     def on_test_epoch_start(self) -> None:
         self._gen = torch.Generator(device=self.device).manual_seed(self.hparams.eval_seed)
@@ -397,8 +399,8 @@ class MOMENTClassificationModule(_MOMENTModule):
         loss = torch.nn.functional.cross_entropy(logits, batch["label"])
         acc = (logits.argmax(-1) == batch["label"]).float().mean()
         n = batch["x"].shape[0]
-        self.log(f"{stage}/loss", loss, batch_size=n)
-        self.log(f"{stage}/acc", acc, prog_bar=stage != "train", batch_size=n)
+        self.log(f"{stage}/loss", loss, batch_size=n, sync_dist=stage != "train")
+        self.log(f"{stage}/acc", acc, prog_bar=stage != "train", batch_size=n, sync_dist=stage != "train")
         return loss
 
     def training_step(self, batch, batch_idx):
@@ -430,6 +432,7 @@ class MOMENTEmbeddingSVMModule(_MOMENTModule):
         n_jobs: parallel grid-search jobs (official 10).
     """
 
+    single_process = "its SVM is fitted on the embeddings of every training case, and a DDP process sees a share"
     tags = ("classification", "svm", "zero-shot")
 
     def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict | None = None,

@@ -198,12 +198,13 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
     def validation_step(self, batch, batch_idx):
         out = self._denoise_eval(batch)
         self._val.append(out)
-        self.log("val/psnr", out["psnr"].mean(), prog_bar=True, batch_size=out["psnr"].shape[0])
+        self.log("val/psnr", out["psnr"].mean(), prog_bar=True, batch_size=out["psnr"].shape[0], sync_dist=True)
 
     def on_validation_epoch_end(self) -> None:
         if self._val:
             for key in ("jacobian_norm_sq", "lambda_max_sym"):
-                self.log(f"val/{key}", torch.cat([o[key] for o in self._val]).median())
+                # the median over every DDP process's images (all_gather is the identity in one process)
+                self.log(f"val/{key}", self.all_gather(torch.cat([o[key] for o in self._val])).flatten().median())
         self._val.clear()
 
     def _denoise_eval(self, batch) -> dict[str, torch.Tensor]:

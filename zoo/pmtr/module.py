@@ -123,7 +123,8 @@ class PMTRModule(HubMixin, L.LightningModule):
             gt_nodes = pairwise_metrics(src, trg, oracle.rotation, oracle.translation, r_gt, t_gt)
             logs.update({f"gtnodes_{k}": v for k, v in {**gt_nodes, **oracle.match_quality}.items()
                          if k != "node_precision"})
-        self.log_dict({f"{stage}/{k}": float(v) for k, v in logs.items()}, batch_size=1, prog_bar=False)
+        self.log_dict({f"{stage}/{k}": float(v) for k, v in logs.items()}, batch_size=1, prog_bar=False,
+                      sync_dist=stage != "train")
         return out.losses["loss"]
 
     def _multipart_test(self, batch) -> None:

@@ -62,6 +62,8 @@ class ReGALModule(HubMixin, L.LightningModule):
         render_dpi: LOGO rendering resolution (official 100 dpi on a 20-inch figure = 2000 px).
     """
 
+    single_process = "its codebank grows from every tuple it refactors; DDP's processes would each grow their own"
+
     def __init__(self, domain: Literal["logo", "date", "textcraft"] = "logo",
                  refactorer: Optional[dict[str, Any]] = None, synthesizer: Optional[dict[str, Any]] = None,
                  helpers_first: bool = False, do_retry: bool = True, add_comments: bool = False,

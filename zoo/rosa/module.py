@@ -264,6 +264,12 @@ class RoSAModule(CausalLMFinetune):
         """Whether a fit of this module makes the mask (density > 0, no mask_path, no mask from a checkpoint)."""
         return self.hparams.density > 0 and self.hparams.mask_path is None and not self.has_mask
 
+    @property
+    def ddp_find_unused_parameters(self) -> bool:
+        """DDP's setting (callbacks/distributed.py): a fit that makes the mask leaves the sparse values idle until the
+        mask exists. Read at setup, before a resumed checkpoint's mask is loaded, so a resume also gets it."""
+        return self.generates_mask
+
     def load_mask_file(self) -> Path:
         """Set the mask saved at `mask_path` (its newest match if it is a glob); returns the file read."""
         path = newest_match(self.hparams.mask_path, "mask_path", "run the mask stage first (a fit with "

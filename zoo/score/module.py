@@ -93,6 +93,8 @@ class SCoReModule(HubMixin, L.LightningModule):
 
     monitor = "val/acc"
     monitor_mode = "max"
+    # two-stage training: the classifier is idle in stage 1, the encoder and projection head in the probe stage
+    ddp_find_unused_parameters = True
 
     def __init__(self, encoder: str = "resnet50", num_classes: int = 10, in_chans: int = 3, proj_dim: int = 128,
                  cifar_stem: bool = True, width: int = 1, objective: str = "fl_cf",

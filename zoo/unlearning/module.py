@@ -248,6 +248,9 @@ class MemorizeModule(_CausalLMStage):
 
 
 class UnlearningModule(_CausalLMStage):
+    single_process = ("it ascends only on the sequences a batch selects, so DDP's processes would disagree on "
+                      "whether to step at all, and its stopping rule reads the whole forget set")
+
     def __init__(
         self,
         model: Union[str, dict] = TINY_GPT_NEO,
