@@ -130,7 +130,10 @@ def _axes(raw: dict, path: Path) -> tuple[list[Axis], dict[str, dict[str, Any]]]
         raise _fail(path, "`grid` must map dotted config keys to non-empty lists of values")
     lasts = [k.rsplit(".", 1)[-1] for k in grid]
     for key, values in grid.items():
-        if not isinstance(values, list) or not values:
+        if not isinstance(values, list):
+            raise _fail(path, f"grid axis {key!r} must be a list of values; got {values!r} (one value: put it in "
+                              f"`args`, or write [{values!r}])")
+        if not values:
             raise _fail(path, f"grid axis {key!r} has no values (an empty grid runs nothing)")
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
             raise _fail(path, f"grid axis {key!r} repeats a value")
