@@ -13,7 +13,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from zoo.errors import ZooError
 from zoo.registry import PAPERS
-from zoo.rundir import read_summary
+from zoo.rundir import check_run_dir, read_summary
 
 RESULTS_HEADING = "## Results of this run"
 _STAGES = ("test", "validate", "fit")
@@ -141,6 +141,6 @@ def card(run_dir: str, output: str | None = None) -> str:
         run_dir: a run directory (runs/<config>/<timestamp>).
         output: where to write the card (default: <run_dir>/README.md).
     """
-    path = write_card(run_dir, output)
+    path = write_card(check_run_dir(run_dir), output)
     print(path)
     return str(path)

@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 
 from zoo.configs import load_yaml
 from zoo.errors import ZooError, flat
+from zoo.rundir import check_run_dir
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.yaml"
@@ -266,9 +267,7 @@ def check_state_fits(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor
 
 def module_from_run(run_dir: str | Path, checkpoint: str = "last"):
     """Rebuild a run's module from its config.yaml and a checkpoint's weights (loaded weights-only)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").exists():
-        raise ZooError(f"{run_dir} is not a run dir (no config.yaml)")
+    run_dir = check_run_dir(run_dir)
     if checkpoint.endswith(".ckpt"):
         ckpt = Path(checkpoint) if Path(checkpoint).is_absolute() or Path(checkpoint).exists() else run_dir / checkpoint
     else:

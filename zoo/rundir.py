@@ -53,6 +53,16 @@ def new_run_dir(root: str | Path, name: str) -> Path:
     raise RuntimeError(f"could not create a fresh run directory under {base}")
 
 
+def check_run_dir(run_dir: str | Path) -> Path:
+    """A run dir a zoo command made (its config.yaml inside). Commands that read or write one refuse anything else:
+    `zoo card .` in a project would have overwritten the project's README.md."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        what = "does not exist" if not run_dir.exists() else "is not a run dir (no config.yaml)"
+        raise ZooError(f"{run_dir} {what}; a run dir is runs/<config name>/<timestamp>/")
+    return run_dir
+
+
 def run_dir_of_checkpoint(ckpt_path: str | Path | None) -> Path | None:
     """The run dir that holds this checkpoint (…/<run>/checkpoints/x.ckpt), if it is one of ours."""
     if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry"):

@@ -282,3 +282,13 @@ def test_a_value_error_of_our_own_code_is_not_taken_for_a_setting():
     with pytest.raises(ValueError) as info:
         raise ValueError("a bug in a module")  # raised here, not in Lightning's trainer or loops
     assert _user_error(info.value, ZooError) is None
+
+
+def test_card_refuses_a_directory_that_is_not_a_run_dir(in_tmp, capsys):
+    Path("README.md").write_text("# my project\n")  # `zoo card .` used to overwrite it with a model card
+    assert main(["card", "."]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zoo: error: . is not a run dir (no config.yaml)") and "\n" not in err
+    assert Path("README.md").read_text() == "# my project\n"
+    assert main(["card", "no/such/run"]) == 2
+    assert "no/such/run does not exist" in capsys.readouterr().err
