@@ -164,6 +164,8 @@ def run_environment(device: Any = None) -> dict[str, Any]:
     env: dict[str, Any] = {"zoo_commit": _source_commit(), "python": platform.python_version(),
                            "torch": torch.__version__, "lightning": lightning.__version__, "numpy": numpy.__version__,
                            "torch_threads": torch.get_num_threads(), "cpu": _cpu_model()}
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:  # which GPUs a sweep's job slot gave this run
+        env["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda" and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(device)

@@ -260,7 +260,7 @@ class ZooCLI(LightningCLI):
         if not reason or n == 1:
             return {}
         if n is None:
-            return {"devices": 1}
+            return {"devices": 1, "num_nodes": 1}
         print(f"zoo: {reason}; running it on 1 device instead of {n}", file=sys.stderr)
         strategy = trainer_cfg.get("strategy")
         ddp = isinstance(strategy, DDPStrategy) or (isinstance(strategy, str) and strategy.startswith("ddp"))

@@ -284,3 +284,24 @@ def test_slurm_executor_without_slurm_is_refused_before_anything_is_written(in_t
     assert err == [("zoo: error: --executor slurm, but this machine has no SLURM (no srun on PATH); run the sweep "
                     "where SLURM is, or use --executor local or submitit_local")]
     assert not (in_tmp / "runs").exists()
+
+
+@pytest.mark.parametrize("visible, jobs, slots", [
+    ("0,1,2,3", 2, ["0,1", "2,3"]), ("0,1,2,3", 4, ["0", "1", "2", "3"]), ("0,1,2,3,4", 2, ["0,1", "2,3"]),
+    ("4,7", 3, ["4", "7", "4"]), ("0,1", 1, [None]), ("", 2, [None, None]),
+])
+def test_parallel_points_get_their_own_gpus(monkeypatch, visible, jobs, slots):
+    from zoo.sweep.runner import gpu_slots
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert gpu_slots(jobs) == slots
+
+
+def test_each_running_point_sees_its_slots_gpus(in_tmp, toy_config, monkeypatch):
+    # two points at once on a "two-GPU" machine: each run records the one GPU its job slot gave it
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    f = write_sweep(in_tmp / "gpus.yaml", toy_config, seeds=[0, 1], verbs=["fit"])
+    assert main(["sweep", str(f), "--jobs", "2"]) == 0
+    seen = [json.loads((Path(t["run_dir"]) / "summary.json").read_text())["environment"]["fit"]["cuda_visible_devices"]
+            for t in manifest(in_tmp / "runs" / "sweeps" / "gpus")["tasks"].values()]
+    assert sorted(seen) == ["0", "1"]

@@ -155,10 +155,32 @@ def _die_with_the_sweep() -> None:
         threading.Thread(target=watch, daemon=True, name="zoo-sweep-watch").start()
 
 
-def _task_process(task: dict, run_dirs: dict[str, str], threads: int, zoo_script: str) -> None:
+def gpu_slots(jobs: int) -> list[str | None]:
+    """What each of `jobs` parallel points may see as CUDA_VISIBLE_DEVICES: the visible GPUs split into `jobs`
+    groups (8 GPUs, 4 jobs: two each; 2 GPUs, 4 jobs: two jobs share each). Without this every point would see every
+    GPU: a module's `auto` devices would start one DDP per point over all of them, and one-process modules would all
+    land on the first. One job, or no GPU: no restriction (None)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        gpus = [g.strip() for g in visible.split(",") if g.strip()]
+    else:
+        import torch
+
+        gpus = [str(k) for k in range(torch.cuda.device_count())]  # NVML: no CUDA context in the parent
+    if jobs < 2 or not gpus:
+        return [None] * jobs
+    if jobs >= len(gpus):
+        return [gpus[k % len(gpus)] for k in range(jobs)]
+    share = len(gpus) // jobs
+    return [",".join(gpus[k * share:(k + 1) * share]) for k in range(jobs)]
+
+
+def _task_process(task: dict, run_dirs: dict[str, str], threads: int, zoo_script: str, gpus: str | None) -> None:
     """Entry point of a forked task process."""
     _die_with_the_sweep()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if gpus is not None:  # before anything initialises CUDA in this process
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus
     import torch
 
     if "OMP_NUM_THREADS" not in os.environ:
@@ -227,6 +249,8 @@ def run_local(tasks: list[Task], m: Manifest, jobs: int, threads: int) -> None:
     run_dirs = {t.id: t.run_dir for t in tasks}
     running: dict[Any, str] = {}  # process sentinel -> task id
     procs: dict[str, Any] = {}
+    slots = gpu_slots(jobs)
+    free, slot_of = list(range(jobs)), {}  # job slots (each with its GPUs), and the one each running task holds
     try:
         while True:
             for tid in order:
@@ -243,7 +267,9 @@ def run_local(tasks: list[Task], m: Manifest, jobs: int, threads: int) -> None:
                     continue
                 refs = {stage: run_dirs[dep] for stage, dep in e["deps"].items()}
                 (Path(e["run_dir"]) / RESULT).unlink(missing_ok=True)
-                p = ctx.Process(target=_task_process, args=(e, refs, threads, zoo_script), name=tid)
+                slot_of[tid] = free.pop(0)
+                p = ctx.Process(target=_task_process, args=(e, refs, threads, zoo_script, slots[slot_of[tid]]),
+                                name=tid)
                 p.start()
                 running[p.sentinel], procs[tid] = tid, p
                 m.set(tid, state="running", started=time.time())
@@ -254,6 +280,7 @@ def run_local(tasks: list[Task], m: Manifest, jobs: int, threads: int) -> None:
                 tid = running.pop(sentinel)
                 p = procs.pop(tid)
                 p.join()
+                free.append(slot_of.pop(tid))
                 _finish(m, tid, p.exitcode)
     finally:
         for p in procs.values():  # interrupted: no task (nor its DDP ranks or data workers) outlives the sweep
