@@ -68,7 +68,7 @@ PAPERS: dict[str, Paper] = {
             callbacks=("callbacks.dp_clipping.DPClipping",),
             configs=("dpformer_movielens", "dpformer_amazon", "dpformer_movielens_nonprivate",
                      "dpformer_movielens_vanilla"),
-            sweeps=("dpformer_synthetic",),
+            sweeps=("dpformer_synthetic", "dpformer_synthetic_c"),
         ),
         Paper(
             "iml",
