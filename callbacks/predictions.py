@@ -1,4 +1,4 @@
-"""`zoo predict` keeps what it predicts: the outputs of every predict batch go to the run dir, one file per rank."""
+"""`zoo predict` keeps what it predicts: the outputs of every predict batch go to the run dir."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def _to_cpu(obj: Any) -> Any:
 
 
 class PredictionWriter(BasePredictionWriter):
-    """Writes `<run_dir>/predictions/predict.pt` (`predict-rank<r>.pt` on rank r > 0 of a multi-process run): the
-    list of the module's `predict_step` outputs, one item per batch in loader order, on the CPU, with the indices of
-    the examples in each batch. Tensors, numbers, strings and lists/dicts of them, so `torch.load(path,
+    """Writes `<run_dir>/predictions/predict.pt` (prediction runs in one process: `one_process_reason`): the list
+    of the module's `predict_step` outputs, one item per batch in loader order, on the CPU, with the indices of the
+    examples in each batch. Tensors, numbers, strings and lists/dicts of them, so `torch.load(path,
     weights_only=True)` reads it back without unpickling arbitrary objects."""
 
     def __init__(self, run_dir: str):
@@ -36,6 +36,5 @@ class PredictionWriter(BasePredictionWriter):
     def write_on_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, predictions: Any,
                            batch_indices: Any) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        name = "predict.pt" if trainer.global_rank == 0 else f"predict-rank{trainer.global_rank}.pt"
-        self.path = self.out_dir / name
+        self.path = self.out_dir / "predict.pt"
         torch.save({"predictions": _to_cpu(predictions), "batch_indices": _to_cpu(batch_indices)}, self.path)

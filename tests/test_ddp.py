@@ -5,7 +5,6 @@ set's, as a one-process `zoo validate` of its checkpoint computes it."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from zoo.checks import _resolve
 from zoo.cli import main
 from zoo.registry import ROOT
 
@@ -35,9 +35,7 @@ TRAINS_UNDER_DDP = [
 
 
 def model_class(stem: str) -> type:
-    path = yaml.safe_load((SMOKE / f"{stem}.yaml").read_text())["model"]["class_path"]
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+    return _resolve(yaml.safe_load((SMOKE / f"{stem}.yaml").read_text())["model"]["class_path"])
 
 
 def test_every_module_that_trains_is_in_one_list_or_the_other():

@@ -196,10 +196,11 @@ class ZooCLI(LightningCLI):
         """The checks of a command's settings that need nothing built (`zoo sweep` runs them for every point before
         anything starts)."""
         cfg = self._cfg()
+        model, trainer = _class_path(cfg.get("model")) or "", cfg.get("trainer") or {}
         check_init_args(_init_args(cfg.get("model")), _init_args(cfg.get("data")))
-        check_verb(_class_path(cfg.get("model")) or "", self.subcommand)
-        check_processes(_class_path(cfg.get("model")) or "", self.subcommand, cfg.get("trainer") or {})
-        check_trainer_settings(cfg.get("trainer") or {})
+        check_verb(model, self.subcommand)
+        check_processes(model, self.subcommand, trainer)
+        check_trainer_settings(trainer)
 
     def before_instantiate_classes(self) -> None:
         self.check_settings()

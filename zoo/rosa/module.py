@@ -341,6 +341,8 @@ class RoSAModule(CausalLMFinetune):
             raise ZooError(f"this fit has {trainer.estimated_stepping_batches} optimizer steps, but the RoSA mask "
                            f"needs {needed} (mask_warmup_steps={self.mask_warmup} + mask_grad_steps="
                            f"{hp.mask_grad_steps}); train longer or pass a mask with mask_path")
+        # The zoo's trainer turns find_unused_parameters on from `ddp_find_unused_parameters`; this guards a plain
+        # Lightning Trainer with a DDP strategy that leaves it off
         wrapped = trainer.strategy.model
         idle = [p for p in self.sparse_parameters() if p.requires_grad]
         if idle and isinstance(wrapped, DistributedDataParallel) and not wrapped.find_unused_parameters:
