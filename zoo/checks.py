@@ -174,10 +174,18 @@ def check_processes(class_path: str, subcommand: str, trainer: dict[str, Any]) -
         raise ZooError(f"{reason}; set --trainer.devices 1 (and --trainer.num_nodes 1)")
 
 
-def check_trainer_settings(trainer: dict[str, Any]) -> None:
+def check_trainer_settings(trainer: dict[str, Any], subcommand: str = "fit") -> None:
     """Trainer options Lightning accepts but the zoo cannot honour, or Lightning itself would fail on late:
-    `default_root_dir` (every run gets its own dir under --run_root, so it was silently ignored), and
-    `check_val_every_n_epoch` 0 or negative (a ZeroDivisionError at the first epoch end, or no validation)."""
+    `default_root_dir` (every run gets its own dir under --run_root, so it was silently ignored),
+    `check_val_every_n_epoch` 0 or negative (a ZeroDivisionError at the first epoch end, or no validation), and a
+    `zoo fit` that cannot take a step (`max_steps`, `max_epochs` or `limit_train_batches` 0: Lightning skipped the
+    loop without a word and the run dir got a card but no checkpoint)."""
+    if subcommand == "fit":
+        for key in ("max_steps", "max_epochs", "limit_train_batches"):
+            value = trainer.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+                raise ZooError(f"trainer.{key} = {value} trains nothing, so `zoo fit` would make no checkpoint; "
+                               f"give it a positive value, or evaluate with `zoo test`")
     if trainer.get("default_root_dir") is not None:
         raise ZooError(f"trainer.default_root_dir = {trainer['default_root_dir']}: the zoo gives every run its own "
                        f"dir; use --run_root DIR (runs go to DIR/<config name>/<timestamp>/) or --run_dir DIR")

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from zoo.configs import load_yaml
 from zoo.errors import ZooError, flat
-from zoo.rundir import check_run_dir
+from zoo.rundir import check_run_dir, newest_match
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.yaml"
@@ -249,6 +249,28 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not isinstance(payload, dict) or "state_dict" not in payload:
         raise ZooError(f"checkpoint {path} has no state_dict")
     return payload
+
+
+def resolve_weights(path: str, what: str, hint: str) -> Path:
+    """The weights file that `path` names: a checkpoint file, a HubMixin directory (model.safetensors) or a run
+    directory (its checkpoints/last.ckpt); a glob picks its newest match. `what` names the setting in errors and
+    `hint` says how the weights are made (e.g. "run stage 1 first")."""
+    p = Path(newest_match(path, what, hint))
+    if p.is_dir():
+        for cand in (p / WEIGHTS, p / "checkpoints" / "last.ckpt"):
+            if cand.is_file():
+                return cand
+        raise ZooError(f"{what} {path!r} holds neither {WEIGHTS} nor checkpoints/last.ckpt")
+    if not p.is_file():
+        raise ZooError(f"{what} {path!r} does not exist; {hint} or fix the path")
+    return p
+
+
+def load_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The state dict of a file `resolve_weights` returned: safetensors, or a local Lightning checkpoint read
+    weights-only."""
+    path = Path(path)
+    return load_state_dict_file(path) if path.suffix == ".safetensors" else load_checkpoint(path)["state_dict"]
 
 
 def check_state_fits(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor], what: str, hint: str = "") -> None:

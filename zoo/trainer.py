@@ -200,7 +200,7 @@ class ZooCLI(LightningCLI):
         check_init_args(_init_args(cfg.get("model")), _init_args(cfg.get("data")))
         check_verb(model, self.subcommand)
         check_processes(model, self.subcommand, trainer)
-        check_trainer_settings(trainer)
+        check_trainer_settings(trainer, self.subcommand)
 
     def before_instantiate_classes(self) -> None:
         self.check_settings()

@@ -110,12 +110,26 @@ def test_seed_is_recorded_when_random(in_tmp, toy_config):
         (["--trainer.val_check_interval", "1000"], "val_check_interval"),  # a plain ValueError in Lightning's loop
         (["--trainer.check_val_every_n_epoch", "0"], "check_val_every_n_epoch = 0"),  # was a ZeroDivisionError
         (["--trainer.default_root_dir", "elsewhere"], "--run_root"),  # was ignored without a word
+        # each trained nothing without a word: a run dir with a card and no checkpoint
+        (["--trainer.limit_train_batches", "0"], "trainer.limit_train_batches = 0 trains nothing"),
+        (["--trainer.limit_train_batches", "0.0"], "trainer.limit_train_batches = 0.0 trains nothing"),
+        (["--trainer.max_epochs", "0"], "trainer.max_epochs = 0 trains nothing"),
+        (["--trainer.max_steps", "0"], "trainer.max_steps = 0 trains nothing"),
     ],
 )
 def test_bad_input_is_one_line_error(in_tmp, toy_config, capsys, extra, needle):
     assert main(["fit", "--config", str(toy_config), *extra]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("zoo: error:")]
     assert len(err) == 1 and needle in err[0]
+
+
+def test_evaluation_configs_may_take_no_training_step(in_tmp, toy_config):
+    # the restoration configs set max_steps: 0 for `zoo test`; only `zoo fit` is refused
+    from zoo.checks import check_trainer_settings
+
+    for verb in ("test", "validate", "predict"):
+        check_trainer_settings({"max_steps": 0, "limit_train_batches": 0}, verb)
+    check_trainer_settings({"max_steps": -1, "max_epochs": None, "limit_train_batches": 1}, "fit")
 
 
 def test_unknown_key_in_config_file(in_tmp, toy_config, capsys):

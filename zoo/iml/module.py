@@ -8,7 +8,6 @@ uses this module's `model` and `tokenizer`.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import lightning.pytorch as L
@@ -16,33 +15,16 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.errors import ZooError
-from zoo.hub import WEIGHTS, HubMixin, check_state_fits, load_checkpoint, load_state_dict_file
+from zoo.hub import HubMixin, check_state_fits, load_weights, resolve_weights
 from zoo.lm import build_causal_lm, linear_warmup_decay, load_tokenizer, right_pad
-from zoo.rundir import newest_match
 
 TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 256, "max_position_embeddings": 128, "rotary_pct": 0.25}
 
 
-def resolve_init_path(init_from: str) -> Path:
-    """A checkpoint file, a HubMixin directory (model.safetensors) or a run directory (checkpoints/last.ckpt).
-    A glob picks the newest match, e.g. ``runs/iml_cvdb_stage1/*/checkpoints/last.ckpt``."""
-    p = Path(newest_match(init_from, "init_from", "run stage 1 first"))
-    if p.is_dir():
-        for cand in (p / WEIGHTS, p / "checkpoints" / "last.ckpt"):
-            if cand.is_file():
-                return cand
-        raise ZooError(f"init_from {init_from!r} holds neither {WEIGHTS} nor checkpoints/last.ckpt")
-    if not p.is_file():
-        raise ZooError(f"init_from {init_from!r} does not exist; run stage 1 first or fix the path")
-    return p
-
-
 def load_init_state(init_from: str) -> dict[str, torch.Tensor]:
-    p = resolve_init_path(init_from)
-    if p.suffix == ".safetensors":
-        return load_state_dict_file(p)
-    return load_checkpoint(p)["state_dict"]  # our own local Lightning checkpoint: weights only
+    """The stage-1 weights `init_from` names (a checkpoint, a Hub directory, a run directory or a glob)."""
+    return load_weights(resolve_weights(init_from, "init_from", "run stage 1 first"))
 
 
 def appends_eos(tokenizer) -> bool:
@@ -135,8 +117,9 @@ class IMLModule(HubMixin, L.LightningModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.hparams.init_from:
-            path = resolve_init_path(self.hparams.init_from)  # once: a glob could pick a newer run later
-            state = load_init_state(str(path))
+            # resolved once: a glob could match a newer run later
+            path = resolve_weights(self.hparams.init_from, "init_from", "run stage 1 first")
+            state = load_weights(path)
             self.prepare_state_dict_load(state)
             check_state_fits(self.state_dict(), state, f"init_from {self.hparams.init_from!r}")
             self.load_state_dict(state)

@@ -39,9 +39,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from zoo.errors import ZooError
-from zoo.hub import WEIGHTS, HubMixin, check_state_fits, load_checkpoint, load_state_dict_file
+from zoo.hub import HubMixin, check_state_fits, load_weights, resolve_weights
 from zoo.lm import build_causal_lm
-from zoo.rundir import newest_match
 from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, select_for_ascent, snapshot, task_arithmetic
 from zoo.unlearning.metrics import (SequenceScores, check_disjoint, check_window, outlier_band, score_sequences,
                                     unseen_threshold, unseen_thresholds)
@@ -58,26 +57,14 @@ TINY_GPT_NEO = {"model_type": "gpt_neo", "vocab_size": 384, "hidden_size": 64, "
                 "bos_token_id": 1, "eos_token_id": 1, "pad_token_id": 0}
 
 
-def resolve_weights(path: str, what: str) -> Path:
-    """A checkpoint file, a HubMixin directory (model.safetensors) or a run directory (checkpoints/last.ckpt); a glob
-    picks its newest match (e.g. ``runs/unlearning_memorize_markov/*/checkpoints/last.ckpt``)."""
-    p = Path(newest_match(path, what, "run the memorize stage first (configs/unlearning_memorize_markov.yaml)"))
-    if p.is_dir():
-        for cand in (p / WEIGHTS, p / "checkpoints" / "last.ckpt"):
-            if cand.is_file():
-                return cand
-        raise ZooError(f"{what} {path!r} holds neither {WEIGHTS} nor checkpoints/last.ckpt")
-    if not p.is_file():
-        raise ZooError(f"{what} {path!r} does not exist; run the memorize stage first "
-                       "(configs/unlearning_memorize_markov.yaml) or fix the path")
-    return p
+MEMORIZE_FIRST = "run the memorize stage first (configs/unlearning_memorize_markov.yaml)"
 
 
 def load_lm_weights(lm: torch.nn.Module, path: str, what: str) -> Path:
     """Load into `lm` the causal LM (`model.*`) of a MemorizeModule / UnlearningModule checkpoint or Hub directory,
     only if it fits exactly (same architecture: every weight present, same shapes)."""
-    p = resolve_weights(path, what)
-    state = load_state_dict_file(p) if p.suffix == ".safetensors" else load_checkpoint(p)["state_dict"]
+    p = resolve_weights(path, what, MEMORIZE_FIRST)
+    state = load_weights(p)
     prefix = "model."
     weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     check_state_fits(lm.state_dict(), weights, f"{what} {path!r}", "give the same `model` as that run")
@@ -198,7 +185,7 @@ class MemorizeModule(_CausalLMStage):
 
     def setup(self, stage: str) -> None:
         if self.hparams.levels_from:
-            resolve_weights(self.hparams.levels_from, "levels_from")  # fail before training, not at its end
+            resolve_weights(self.hparams.levels_from, "levels_from", MEMORIZE_FIRST)  # fail before training, not at its end
         try:
             self._dm()
         except ZooError:
