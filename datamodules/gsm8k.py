@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -39,10 +40,14 @@ _NAMES = ["Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Ken", "Alexis
 _ITEMS = ["apples", "pencils", "stickers", "cookies", "marbles", "books", "cupcakes", "stamps"]
 
 
-def _problem(rng: random.Random) -> dict[str, str]:
-    """One GSM8K-format problem; every arithmetic step carries a `<<expr=value>>` annotation."""
+KINDS = 4  # the embedded problem templates: 0 boxes, 1 sales, 2 sharing (division), 3 collecting
+
+
+def _problem(rng: random.Random, kinds: Optional[Sequence[int]] = None) -> dict[str, str]:
+    """One GSM8K-format problem; every arithmetic step carries a `<<expr=value>>` annotation. `kinds` restricts the
+    templates (a task for fine-tuning that pretraining has not seen); None draws from all four."""
     name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
-    kind = rng.randrange(4)
+    kind = rng.randrange(KINDS) if kinds is None else rng.choice(list(kinds))
     if kind == 0:
         a, b, c = rng.randint(2, 9), rng.randint(2, 12), rng.randint(1, 10)
         n, left = a * b, a * b - c
@@ -72,9 +77,11 @@ def _problem(rng: random.Random) -> dict[str, str]:
     return {"question": q, "answer": ans}
 
 
-def embedded_gsm8k(n: int, seed: int) -> list[dict[str, str]]:
+def embedded_gsm8k(n: int, seed: int, kinds: Optional[Sequence[int]] = None) -> list[dict[str, str]]:
+    if kinds is not None and (not kinds or any(k not in range(KINDS) for k in kinds)):
+        raise ZooError(f"embedded_kinds must be a non-empty list from 0..{KINDS - 1}, got {list(kinds)}")
     rng = random.Random(seed)
-    return [_problem(rng) for _ in range(n)]
+    return [_problem(rng, kinds) for _ in range(n)]
 
 
 # --- reading the real data ----------------------------------------------------------------------------------
@@ -121,8 +128,8 @@ def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
     return [{"question": r["question"], "answer": r["answer"]} for r in rows]
 
 
-def load_gsm8k(source: str, path: Optional[str] = None, embedded_size: int = 256,
-               seed: int = 0) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+def load_gsm8k(source: str, path: Optional[str] = None, embedded_size: int = 256, seed: int = 0,
+               kinds: Optional[Sequence[int]] = None) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """(train, test) rows with fields question/answer."""
     if source == "local":
         if not path:
@@ -142,7 +149,8 @@ def load_gsm8k(source: str, path: Optional[str] = None, embedded_size: int = 256
                            f"run once online or use source: local with train/test.jsonl") from e
         return tuple([{"question": r["question"], "answer": r["answer"]} for r in ds[s]] for s in ("train", "test"))
     if source == "embedded":
-        return embedded_gsm8k(embedded_size, seed), embedded_gsm8k(max(embedded_size // 4, 8), seed + 1)
+        return (embedded_gsm8k(embedded_size, seed, kinds),
+                embedded_gsm8k(max(embedded_size // 4, 8), seed + 1, kinds))
     raise ZooError(f"unknown GSM8K source {source!r}; use 'hub', 'local' or 'embedded'")
 
 
@@ -200,6 +208,7 @@ class GSM8KDataModule(L.LightningDataModule):
         num_val: int = 0,
         num_test: Optional[int] = None,
         embedded_size: int = 256,
+        embedded_kinds: Optional[list[int]] = None,
         seed: int = 0,
         num_workers: int = 0,
     ):
@@ -220,6 +229,8 @@ class GSM8KDataModule(L.LightningDataModule):
                 the paper trains on all 7,473 rows and reports the test split).
             num_test: evaluate only the first N test rows (default: all 1,319).
             embedded_size: number of generated training problems for source "embedded".
+            embedded_kinds: the generator's problem templates to draw from (0 boxes, 1 sales, 2 sharing by
+                division, 3 collecting); None: all four. Lets a sweep pretrain on some and fine-tune on another.
             seed: seed of the embedded generator.
             num_workers: DataLoader workers.
         """
@@ -247,7 +258,7 @@ class GSM8KDataModule(L.LightningDataModule):
 
         hp = self.hparams
         rank_zero_info(f"GSM8K source: {hp.source}" + (f" ({hp.path})" if hp.source == "local" else ""))
-        train, test = load_gsm8k(hp.source, hp.path, hp.embedded_size, hp.seed)
+        train, test = load_gsm8k(hp.source, hp.path, hp.embedded_size, hp.seed, hp.embedded_kinds)
         train = list(train)[: hp.num_train] if hp.num_train else list(train)
         if hp.num_val:
             if hp.num_val >= len(train):
@@ -265,7 +276,9 @@ class GSM8KDataModule(L.LightningDataModule):
         """What data this run used, for its card: the Hub id only when the real GSM8K was read."""
         hp = self.hparams
         if hp.source == "embedded":
-            return {"data_source": "embedded: seeded generator of GSM8K-format problems (not the GSM8K dataset)"}
+            kinds = "" if hp.embedded_kinds is None else f", templates {list(hp.embedded_kinds)}"
+            return {"data_source": f"embedded: seeded generator of GSM8K-format problems{kinds} (not the GSM8K "
+                                   "dataset)"}
         where = "the Hub (openai/gsm8k, main)" if hp.source == "hub" else f"local files in {hp.path}"
         return {"datasets": ["openai/gsm8k"], "data_source": f"GSM8K from {where}"}
 

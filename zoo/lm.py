@@ -58,10 +58,14 @@ def build_causal_lm(model: str | dict[str, Any], torch_dtype: str | None = None,
         lm = AutoModelForCausalLM.from_config(config, **kwargs)
         return lm.to(dtype) if dtype is not None else lm
     try:
-        return AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **kwargs)
+        lm = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **kwargs)
     except (OSError, ValueError) as e:
         raise ZooError(f"base model {model!r} not found locally, in the HF cache or on the Hub "
                        f"({type(e).__name__}); download it first or use a config dict") from e
+    # from_pretrained returns the model in eval mode and Lightning keeps a module's mode when a fit starts, so a
+    # fine-tune would run without the base's dropout; train mode is what from_config gives and what a fit expects
+    # (Lightning's evaluation loops switch to eval mode themselves).
+    return lm.train()
 
 
 def truncate_at_stop(text: str, stop: Sequence[str]) -> str:

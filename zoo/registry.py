@@ -53,9 +53,10 @@ PAPERS: dict[str, Paper] = {
             _arxiv("2401.04679"),
             "github.com/IST-DASLab/RoSA",
             status="implemented",
-            modules=("zoo.rosa.RoSAModule", "zoo.rosa.LoRABaselineModule"),
+            modules=("zoo.rosa.RoSAModule", "zoo.rosa.LoRABaselineModule", "zoo.rosa.FullFinetuneModule"),
             datamodules=("datamodules.gsm8k.GSM8KDataModule",),
-            configs=("rosa_gsm8k_mask", "rosa_gsm8k", "qrosa_gsm8k_mask", "qrosa_gsm8k", "lora_gsm8k"),
+            configs=("rosa_gsm8k_mask", "rosa_gsm8k", "qrosa_gsm8k_mask", "qrosa_gsm8k", "lora_gsm8k", "fft_gsm8k"),
+            sweeps=("rosa_tiny_select", "rosa_tiny"),
         ),
         Paper(
             "dpformer",

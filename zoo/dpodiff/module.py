@@ -139,7 +139,7 @@ class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
         from zoo.lm import build_causal_lm, generate, load_tokenizer
 
         if self._llm is None:
-            self._llm = (build_causal_lm(hp.llm_model), load_tokenizer(hp.llm_model))
+            self._llm = (build_causal_lm(hp.llm_model).eval(), load_tokenizer(hp.llm_model))  # inference only
         return generate(self._llm[0], self._llm[1], [question], 256)[0][0]
 
     def word_candidates(self, prompts: list[str]) -> dict[str, dict[str, list[str]]]:
