@@ -29,7 +29,7 @@ def zoo(*args: str) -> subprocess.CompletedProcess:
 TRAINS_UNDER_DDP = [
     "bggn_synthetic_classifier", "bggn_synthetic_predictor", "bggn_synthetic_vae", "bggn_synthetic_tree",
     "bymi_simulation", "bymi_ddp_digits", "dpformer_movielens_nonprivate", "gentle_toy1", "gentle_toy1_cwgan",
-    "gentle_toy1_mgan", "iml_cvdb_stage1", "moment_etth1", "moment_pretrain",
+    "gentle_toy1_mgan", "iml_cvdb_stage1", "moment_etth1", "moment_ecg5000_head", "moment_pretrain",
     "pcdenoiser_div2k", "pmtr_everyday", "rosa_gsm8k", "lora_gsm8k", "fft_gsm8k", "score_cifar10lt",
     "unlearning_memorize_markov", "vpdm_mvtec",
 ]

@@ -286,7 +286,7 @@ PAPERS: dict[str, Paper] = {
                      "zoo.moment.MOMENTClassificationModule", "zoo.moment.MOMENTEmbeddingSVMModule"),
             datamodules=("datamodules.timeseries.ETTh1DataModule", "datamodules.timeseries.UCRClassificationDataModule",
                          "datamodules.timeseries.UCRAnomalyDataModule", "datamodules.timeseries.PretrainingDataModule"),
-            configs=("moment_etth1", "moment_ecg5000", "moment_ucr_anomaly", "moment_pretrain"),
+            configs=("moment_etth1", "moment_ecg5000", "moment_ecg5000_head", "moment_ucr_anomaly", "moment_pretrain"),
             sweeps=("moment_offline", "moment_etth1_horizons"),
         ),
     ]
