@@ -56,6 +56,8 @@ def test_a_named_base_is_saved_in_full(tiny_llama, tmp_path):
     module = _fft(str(tmp_path / "base"))
     state = module.state_dict()
     assert set(module.hub_state_dict()) == set(state)  # not adapters only: FFT changes every weight
+    meta = module.card_metadata()
+    assert meta["base_model"] == str(tmp_path / "base") and "lora" not in meta["tags"]
     checkpoint = {"state_dict": dict(state)}
     module.on_save_checkpoint(checkpoint)
     assert set(checkpoint["state_dict"]) == set(state)

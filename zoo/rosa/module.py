@@ -1,6 +1,7 @@
-"""LightningModules: RoSA / QRoSA (`RoSAModule`) and the PEFT LoRA baseline (`LoRABaselineModule`) on a causal LM.
+"""LightningModules: RoSA / QRoSA (`RoSAModule`), the PEFT LoRA baseline (`LoRABaselineModule`) and full
+fine-tuning (`FullFinetuneModule`, the paper's FFT rows) on a causal LM.
 
-Both train with the official GSM8K recipe (AdamW, β = (0.9, 0.999), no weight decay, linear warm-up for 20
+All three train with the official GSM8K recipe (AdamW, β = (0.9, 0.999), no weight decay, linear warm-up for 20
 optimizer steps then linear decay to 0, global batch 32 as micro-batch 1 × 32 accumulated) and evaluate with
 the lm-eval-harness protocol (0-shot, greedy, stop strings, `#### N` exact match; `zoo.rosa.gsm8k`).
 
@@ -540,6 +541,9 @@ class FullFinetuneModule(CausalLMFinetune):
 
     def merged_model(self) -> torch.nn.Module:
         return self.model
+
+    def card_metadata(self) -> dict[str, Any]:
+        return {**super().card_metadata(), "tags": ["rosa", "full-fine-tuning", "gsm8k"]}
 
     def export(self, directory: str | Path) -> Path:
         """The model as a plain Hugging Face directory (`from_pretrained`-able), with its tokenizer."""
