@@ -13,7 +13,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from zoo.errors import ZooError
 from zoo.registry import PAPERS
-from zoo.rundir import check_run_dir, read_summary
+from zoo.rundir import SINGLE_STAGE, check_run_dir, read_point, read_summary
 
 RESULTS_HEADING = "## Results of this run"
 _STAGES = ("test", "validate", "fit")
@@ -84,9 +84,22 @@ def _environment(summary: dict[str, Any]) -> list[str]:
         if lines else []
 
 
+def run_name(run_dir: Path, summary: dict[str, Any]) -> str:
+    """What a card calls its run: a sweep point by its sweep, stage and point (a sweep's variant may swap the model
+    class of the config it starts from, so the config's name alone can name the wrong method), else the config."""
+    point = read_point(run_dir)
+    if point:
+        stage = "" if point.get("stage") == SINGLE_STAGE else f"{point.get('stage')}/"  # no stages: not shown
+        return f"{point.get('sweep')}/{stage}{point.get('point')}"
+    return summary.get("config_name") or run_dir.name
+
+
 def _results_section(run_dir: Path, summary: dict[str, Any]) -> str:
+    point = read_point(run_dir)
+    source = (f"sweep point `{run_name(run_dir, summary)}`, from config `{summary.get('config_name')}` with the "
+              f"sweep's overrides" if point else f"`{run_name(run_dir, summary)}`")
     lines = [RESULTS_HEADING, "", *_provenance(summary.get("card_metadata") or {}),
-             f"Measured by this run (`{summary.get('config_name', run_dir.name)}`, run dir `{run_dir.name}`); "
+             f"Measured by this run ({source}, run dir `{run_dir.name}`); "
              "produced by the config below, not copied from the paper.", "", *_environment(summary)]
     rows = [(stage, k, v) for stage in _STAGES for k, v in sorted((summary.get(stage) or {}).items())]
     if rows:
@@ -120,7 +133,7 @@ def render_card(run_dir: str | Path) -> str:
             setattr(data, k, v + [x for x in old if x not in v])
         elif old in (None, [], ""):
             setattr(data, k, v)
-    data.model_name = summary.get("config_name") or run_dir.name
+    data.model_name = run_name(run_dir, summary)
     results = eval_results(summary, data)
     if results:
         data.eval_results = results

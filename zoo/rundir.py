@@ -174,6 +174,7 @@ def run_environment(device: Any = None) -> dict[str, Any]:
 
 
 POINT = "point.json"
+SINGLE_STAGE = "main"  # the stage name that a sweep without `stages` records in its points
 
 
 def read_point(run_dir: str | Path) -> dict[str, Any]:

@@ -306,3 +306,19 @@ def test_card_refuses_a_directory_that_is_not_a_run_dir(in_tmp, capsys):
     assert Path("README.md").read_text() == "# my project\n"
     assert main(["card", "no/such/run"]) == 2
     assert "no/such/run does not exist" in capsys.readouterr().err
+
+
+def test_a_sweep_points_card_is_named_by_its_point(in_tmp, toy_config):
+    # a sweep variant can swap the model class of the config it starts from (rosa_tiny: RoSA from lora_gsm8k's
+    # config), so the config's name alone would name the wrong method
+    run = _fit(toy_config)
+    from zoo.cards import render_card
+
+    assert "- name: toy\n" in render_card(run)
+    (run / "point.json").write_text(json.dumps({"sweep": "s", "stage": "finetune", "point": "variant=rosa,seed=1",
+                                                "axes": {"variant": "rosa", "seed": 1}}))
+    card = render_card(run)
+    assert "- name: s/finetune/variant=rosa,seed=1\n" in card
+    assert "sweep point `s/finetune/variant=rosa,seed=1`, from config `toy`" in card
+    (run / "point.json").write_text(json.dumps({"sweep": "s", "stage": "main", "point": "seed=1", "axes": {"seed": 1}}))
+    assert "- name: s/seed=1\n" in render_card(run)

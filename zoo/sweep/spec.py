@@ -30,11 +30,12 @@ import yaml
 from zoo.configs import read_yaml
 from zoo.errors import ZooError
 from zoo.registry import ROOT
+from zoo.rundir import SINGLE_STAGE
 
 TOP_KEYS = {"name", "description", "config", "verbs", "args", "grid", "variants", "seeds", "stages"}
 STAGE_KEYS = {"name", "config", "verbs", "args", "axes"}
 VERBS = ("fit", "validate", "test", "predict")
-SINGLE = "main"  # the stage name of a sweep without `stages`
+SINGLE = SINGLE_STAGE  # the stage name of a sweep without `stages`
 REF = re.compile(r"\$\{([A-Za-z0-9_\-]+)\}")
 
 
