@@ -84,20 +84,20 @@ def _environment(summary: dict[str, Any]) -> list[str]:
         if lines else []
 
 
-def run_name(run_dir: Path, summary: dict[str, Any]) -> str:
-    """What a card calls its run: a sweep point by its sweep, stage and point (a sweep's variant may swap the model
-    class of the config it starts from, so the config's name alone can name the wrong method), else the config."""
-    point = read_point(run_dir)
+def run_name(run_dir: Path, summary: dict[str, Any], point: dict[str, Any]) -> str:
+    """What a card calls its run: a sweep point (`read_point`) by its sweep, stage and point (a sweep's variant may
+    swap the model class of the config it starts from, so the config's name alone can name the wrong method), else
+    the config."""
     if point:
         stage = "" if point.get("stage") == SINGLE_STAGE else f"{point.get('stage')}/"  # no stages: not shown
         return f"{point.get('sweep')}/{stage}{point.get('point')}"
     return summary.get("config_name") or run_dir.name
 
 
-def _results_section(run_dir: Path, summary: dict[str, Any]) -> str:
-    point = read_point(run_dir)
-    source = (f"sweep point `{run_name(run_dir, summary)}`, from config `{summary.get('config_name')}` with the "
-              f"sweep's overrides" if point else f"`{run_name(run_dir, summary)}`")
+def _results_section(run_dir: Path, summary: dict[str, Any], point: dict[str, Any]) -> str:
+    name = run_name(run_dir, summary, point)
+    source = (f"sweep point `{name}`, from config `{summary.get('config_name')}` with the sweep's overrides"
+              if point else f"`{name}`")
     lines = [RESULTS_HEADING, "", *_provenance(summary.get("card_metadata") or {}),
              f"Measured by this run ({source}, run dir `{run_dir.name}`); "
              "produced by the config below, not copied from the paper.", "", *_environment(summary)]
@@ -133,11 +133,12 @@ def render_card(run_dir: str | Path) -> str:
             setattr(data, k, v + [x for x in old if x not in v])
         elif old in (None, [], ""):
             setattr(data, k, v)
-    data.model_name = run_name(run_dir, summary)
+    point = read_point(run_dir)
+    data.model_name = run_name(run_dir, summary, point)
     results = eval_results(summary, data)
     if results:
         data.eval_results = results
-    body = card.text.split(RESULTS_HEADING)[0].rstrip() + "\n\n" + _results_section(run_dir, summary)
+    body = card.text.split(RESULTS_HEADING)[0].rstrip() + "\n\n" + _results_section(run_dir, summary, point)
     return f"---\n{data.to_yaml()}\n---\n{body}"
 
 

@@ -12,8 +12,8 @@ at construction and simply loaded; `prepare_state_dict_load` (also run from `on_
 fits this model's layers and density and that the adapters are present, with a one-line error. When the
 base model is a Hub name, checkpoints and `save_pretrained` hold the adapters only (LoRA factors, sparse
 indices and values: tens of MB instead of 13 GB) and the frozen base is re-read from its name; a base built from
-a config dict (random weights: smoke runs, tests) is saved in full. Hence `hub_strict = False`; the adapter
-keys are checked explicitly instead.
+a config dict (random weights: smoke runs, tests) is saved in full (`adapters_only`). Hence `hub_strict` is
+False for named bases; the adapter keys are checked explicitly instead.
 
 The Fisher mask is made by Lightning's own loop (official `RosaScheduler`, schedule `wl64`): when `density > 0`
 and no mask is given, the fit trains the LoRA factors alone for `mask_warmup_steps` optimizer steps, records
@@ -67,16 +67,22 @@ class CausalLMFinetune(HubMixin, L.LightningModule):
     monitor_mode = "max"
 
     @property
-    def hub_strict(self) -> bool:  # named bases publish adapters only (see the module docstring)
-        return self.base_name is None
+    def adapters_only(self) -> bool:
+        """Whether checkpoints and Hub copies hold the adapters alone: for a named base, whose frozen weights are
+        re-read from its name (see the module docstring); a base from a config dict is saved in full."""
+        return self.base_name is not None
+
+    @property
+    def hub_strict(self) -> bool:
+        return not self.adapters_only
 
     def _init_common(self, model, tokenizer):
         self.base_name = model if isinstance(model, str) else None
         self.tokenizer = load_tokenizer(tokenizer or (model if isinstance(model, str) else "byt5"))
         self.val_em, self.test_em = GSM8KExactMatch(), GSM8KExactMatch()
         self._test_rows: list[dict] = []
-        # Named bases: checkpoints carry adapters only, so Lightning must not demand the frozen weights.
-        self.strict_loading = self.base_name is None
+        # Adapters-only checkpoints: Lightning must not demand the frozen weights.
+        self.strict_loading = not self.adapters_only
 
     # --- training -----------------------------------------------------------------------------------------
     def training_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -143,12 +149,12 @@ class CausalLMFinetune(HubMixin, L.LightningModule):
 
     def hub_state_dict(self) -> dict[str, torch.Tensor]:
         state = self.state_dict()
-        if self.base_name is None:  # random-init base from a config dict: only the full weights rebuild it
+        if not self.adapters_only:  # e.g. a random-init base from a config dict: only the full weights rebuild it
             return state
         return {k: v for k, v in state.items() if self.is_adapter_key(k)}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self.base_name is not None:
+        if self.adapters_only:
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if self.is_adapter_key(k)}
 
     def prepare_state_dict_load(self, state_dict: dict[str, torch.Tensor]) -> None:
@@ -528,12 +534,10 @@ class FullFinetuneModule(CausalLMFinetune):
             raise ZooError(f"lr must be positive, got {lr}")
         self.model = build_causal_lm(model, torch_dtype=torch_dtype)
         self._init_common(model, tokenizer)
-        self.strict_loading = True  # every weight is trained, so every weight is saved and must load
 
-    hub_strict = True
-
-    def is_adapter_key(self, key: str) -> bool:  # all of it is "the adaptation"
-        return True
+    @property
+    def adapters_only(self) -> bool:  # every weight is trained, so every weight is saved and must load
+        return False
 
     def param_groups(self) -> list[dict[str, Any]]:
         return [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": self.hparams.lr,

@@ -35,7 +35,6 @@ from zoo.rundir import SINGLE_STAGE
 TOP_KEYS = {"name", "description", "config", "verbs", "args", "grid", "variants", "seeds", "stages"}
 STAGE_KEYS = {"name", "config", "verbs", "args", "axes"}
 VERBS = ("fit", "validate", "test", "predict")
-SINGLE = SINGLE_STAGE  # the stage name of a sweep without `stages`
 REF = re.compile(r"\$\{([A-Za-z0-9_\-]+)\}")
 
 
@@ -206,7 +205,7 @@ def load_sweep(file: str | Path, name: str | None = None) -> Sweep:
     else:
         if "config" not in raw:
             raise _fail(path, "needs `config` (the base config) or `stages`")
-        raw_stages = [{"name": SINGLE, "config": raw["config"], "verbs": raw.get("verbs")}]
+        raw_stages = [{"name": SINGLE_STAGE, "config": raw["config"], "verbs": raw.get("verbs")}]
     stages: list[Stage] = []
     for i, rs in enumerate(raw_stages):
         if not isinstance(rs, dict):

@@ -185,7 +185,8 @@ class MemorizeModule(_CausalLMStage):
 
     def setup(self, stage: str) -> None:
         if self.hparams.levels_from:
-            resolve_weights(self.hparams.levels_from, "levels_from", MEMORIZE_FIRST)  # fail before training, not at its end
+            # fail before training, not at its end
+            resolve_weights(self.hparams.levels_from, "levels_from", MEMORIZE_FIRST)
         try:
             self._dm()
         except ZooError:
