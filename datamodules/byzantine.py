@@ -32,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from zoo.backbones import timm_model
-from zoo.data import reading
+from zoo.data import reading, train_loader
 from zoo.errors import ZooError, flat
 
 FeatureSource = Literal["torchvision", "rdata", "npz", "digits"]
@@ -246,8 +246,10 @@ class _Repeats(Dataset):
         return self.make(i)
 
 
-def _one_batch(item: dict) -> DataLoader:
-    return DataLoader(_Repeats(1, lambda i: item), batch_size=None)
+def _one_batch(item: dict, train: bool = False) -> DataLoader:
+    # the training loader is stateful, so that a resumed fit knows where it stood (see zoo.data.train_loader)
+    data = _Repeats(1, lambda i: item)
+    return train_loader(data, None, shuffle=False) if train else DataLoader(data, batch_size=None)
 
 
 def ar1_cholesky(dim: int, rho: float) -> torch.Tensor:
@@ -356,9 +358,10 @@ class ByzantineDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         if self.hparams.source == "gaussian":
-            return _one_batch({"x": self._master})
+            return _one_batch({"x": self._master}, train=True)
         x_tr, y_tr = self._arrays[0], self._arrays[1]
-        return _one_batch({"x": torch.from_numpy(x_tr[self._master]), "y": torch.from_numpy(y_tr[self._master])})
+        return _one_batch({"x": torch.from_numpy(x_tr[self._master]), "y": torch.from_numpy(y_tr[self._master])},
+                          train=True)
 
     def val_dataloader(self) -> DataLoader:
         if self.hparams.source == "gaussian":
@@ -459,7 +462,7 @@ class MachineShardDataModule(L.LightningDataModule):
         # A one-replica DistributedSampler over this rank's own shard: Lightning leaves a DistributedSampler in
         # place (it would otherwise split the shard again across ranks) and still calls set_epoch to reshuffle.
         sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=self.hparams.seed)
-        return DataLoader(ds, batch_size=self.hparams.batch_size or len(ds), sampler=sampler)
+        return train_loader(ds, self.hparams.batch_size or len(ds), sampler=sampler)
 
     def _test_split(self) -> DataLoader:
         x_te, y_te = self.arrays[2], self.arrays[3]

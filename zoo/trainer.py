@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -61,7 +62,7 @@ class RunDirConfig(SaveConfigCallback):
             while (self.run_dir / name).exists():
                 name, n = f"config.{stage}-{n}.yaml", n + 1
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.parser.save(self.config, self.run_dir / name, skip_none=False, overwrite=False, multifile=False)
+        self.parser.save(self.config, self.run_dir / name, skip_unset=False, overwrite=False, multifile=False)
 
 
 def _init_args(model: Any) -> dict[str, Any]:
@@ -124,6 +125,18 @@ class ZooCLI(LightningCLI):
             if self._interrupted(e):  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
                 raise KeyboardInterrupt(self._resume_hint()) from e
             raise
+
+    # What Lightning says when an evaluation restores a fit's checkpoint: that the fit's checkpoint callbacks are
+    # missing, and that its default checkpoint callback cannot take their place. Evaluating needs neither.
+    EVAL_RESTORE_NOISE = (r"Be aware that when using `ckpt_path`", r"The dirpath has changed from")
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        if subcommand == "fit":
+            return super()._run_subcommand(subcommand)
+        with warnings.catch_warnings():
+            for message in self.EVAL_RESTORE_NOISE:
+                warnings.filterwarnings("ignore", message=message)
+            super()._run_subcommand(subcommand)
 
     def _abandon(self, error: BaseException) -> None:
         """A command that failed leaves no orphan: a run dir it created that holds no checkpoint is removed
@@ -311,7 +324,7 @@ class ZooCLI(LightningCLI):
         """The full resolved config for W&B, flattened to dotted keys (seed included)."""
         from zoo.configs import flatten
 
-        return flatten(self._parser(self.subcommand).dump(self._cfg(), format="yaml", skip_none=False))
+        return flatten(self._parser(self.subcommand).dump(self._cfg(), format="yaml", skip_unset=False))
 
     def after_fit(self) -> None:
         self._report()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from datamodules.byzantine import ByzantineDataModule, MachineShardDataModule, stratified_partition
+from zoo.data import is_resumable
 from zoo.errors import ZooError
 
 DATA = Path(__file__).parent / "data"
@@ -126,3 +127,27 @@ def test_machine_shards():
     assert len(dm.train_dataloader().dataset) == 50 and set(dm.shards[2]).isdisjoint(dm.shards[0])
     with pytest.raises(ZooError, match="outside the 3 shards"):
         MachineShardDataModule(machines=3, machine=3)
+
+
+def test_training_loaders_resume_where_they_stood():
+    """A fit resumed mid-epoch reads the rest of that epoch's batches, not the epoch again from its start."""
+    dm = MachineShardDataModule(machines=3, n_per_machine=50, machine=1, batch_size=10)
+    dm.setup("fit")
+
+    def epoch(loader, epoch_no, skip_state=None):
+        loader.sampler.set_epoch(epoch_no)
+        if skip_state is not None:
+            loader.load_state_dict(skip_state)
+        return [y.tolist() for _, y in loader]
+
+    straight = epoch(dm.train_dataloader(), 3)
+    first = dm.train_dataloader()
+    first.sampler.set_epoch(3)
+    it = iter(first)
+    seen = [next(it)[1].tolist() for _ in range(2)]
+    assert seen == straight[:2]
+    assert epoch(dm.train_dataloader(), 3, first.state_dict()) == straight[2:]
+    assert epoch(dm.train_dataloader(), 4) != straight  # the epoch reshuffles
+    master = ByzantineDataModule(source="digits", machines=3, n_per_machine=20)
+    master.setup("fit")
+    assert is_resumable(master.train_dataloader())
