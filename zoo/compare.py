@@ -91,6 +91,11 @@ def differing_keys(runs: list[dict]) -> list[str]:
     return [k for k in keys if not k.startswith(_NOISE) and len({repr(r["config"].get(k)) for r in runs}) > 1]
 
 
+# Without --metrics, the first stage here that any run logged: a table of the test metrics, not of every training
+# and validation number as well (`--metrics '*'` shows all).
+DEFAULT_METRICS = ("test/*", "val/*")
+
+
 def pick_metrics(runs: list[dict], patterns: Optional[list[str]]) -> list[str]:
     names = sorted({k for r in runs for k in r["metrics"]})
     if patterns:
@@ -98,6 +103,10 @@ def pick_metrics(runs: list[dict], patterns: Optional[list[str]]) -> list[str]:
         if not picked:
             raise ZooError(f"no run logged a metric matching {patterns}; metrics: {', '.join(names) or 'none'}")
         return picked
+    for pattern in DEFAULT_METRICS:
+        picked = [n for n in names if fnmatch.fnmatch(n, pattern)]
+        if picked:
+            return picked
     return names
 
 
@@ -357,7 +366,8 @@ def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = No
             `zoo compare runs/sweeps/score_digits --group_by variant`.
         group_by: aggregate the runs that share these sweep axes (e.g. variant, imbalance_ratio, stage); the others
             (usually seed) are what is averaged over.
-        metrics: only these metrics (names or globs such as 'test/*').
+        metrics: only these metrics (names or globs such as 'test/*'; `'*'`: all). Default: the test metrics, or the
+            validation metrics where no run was tested, or all.
         wandb_project: read runs from this W&B project (entity/project) through the public API instead.
         format: table format.
         output: write the table to this file instead of printing it.

@@ -248,3 +248,22 @@ def test_ctrl_c_marks_the_run_interrupted_and_a_resume_finishes_it(in_tmp, toy_c
     monkeypatch.setenv("ZOO_TOY_INTERRUPT_AT", "30")
     assert main([*args[:4], "5", *args[5:], "--ckpt_path", str(last)]) == 130
     assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+
+
+def test_compare_shows_the_test_metrics_unless_asked_for_more(in_tmp, toy_config, capsys):
+    """A table of every training and validation number buries the result: the default is the test stage's metrics
+    (the validation stage's where nothing was tested); `--metrics '*'` shows all."""
+    run = _fit(toy_config)
+    capsys.readouterr()
+    assert main(["compare", str(run), "--format", "csv"]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split(",")
+    assert header[1:] and all(h.startswith("val/") for h in header[1:])
+    assert main(["test", "--config", str(toy_config), "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+                 "--wandb_mode", "disabled"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(run), "--format", "csv"]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split(",")
+    assert header[1:] and all(h.startswith("test/") for h in header[1:])
+    assert main(["compare", str(run), "--format", "csv", "--metrics", "*"]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split(",")
+    assert {h.split("/")[0] for h in header[1:]} >= {"train", "val", "test"}
