@@ -39,7 +39,8 @@ def test_every_module_the_readme_runs_exists():
 
 
 def test_every_paper_row_has_the_registry_status():
-    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| \[.*?\]\(.*?\) \| ([\w ]+) \|", README, re.M)}
+    row = re.compile(r"^\| `(\w+)` \| \[.*?\]\(.*?\) \| ([\w ]+) \|", re.MULTILINE)
+    rows = {m.group(1): m.group(2) for m in row.finditer(README)}
     assert rows == {p.id: p.status for p in PAPERS.values()}
 
 
