@@ -17,10 +17,18 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from zoo.cruxeval.scoring import hub_rows, load_rows
-from zoo.data import reading
+from zoo.data import content_digest, reading
 from zoo.errors import ZooError
 
 SAMPLE_PATH = Path(__file__).with_name("cruxeval_sample.jsonl")
+HUB_NAME = "cruxeval-org/cruxeval"
+# zoo.data.content_digest of the benchmark's 800 rows (code, NUL, input, NUL, output) in facebookresearch/cruxeval
+# @ 190faf16 data/cruxeval.jsonl: a local file is CRUXEval on a run's card only when its rows are these.
+RELEASE_DIGEST = "2fdb6774c1d8859aa2136c2b62cba1e16f2d1c757135f370d9e3215f3d8ef49d"
+
+
+def is_release(rows: list[dict[str, Any]]) -> bool:
+    return content_digest(f"{r.get('code')}\0{r.get('input')}\0{r.get('output')}" for r in rows) == RELEASE_DIGEST
 
 # Our own candidate functions (not from the benchmark), each with inputs; `build_benchmark` keeps all 24
 # (function, input) pairs and computes their outputs. tests/cruxeval checks the shipped jsonl matches.
@@ -70,7 +78,7 @@ class CRUXEvalDataModule(L.LightningDataModule):
     """
 
     def __init__(self, source: Literal["hub", "local", "embedded"] = "hub", path: Optional[str] = None,
-                 hub_name: str = "cruxeval-org/cruxeval", split: str = "test", batch_size: int = 8,
+                 hub_name: str = HUB_NAME, split: str = "test", batch_size: int = 8,
                  limit: Optional[int] = None):
         super().__init__()
         if source not in ("hub", "local", "embedded"):
@@ -82,6 +90,7 @@ class CRUXEvalDataModule(L.LightningDataModule):
         self.source, self.path, self.hub_name, self.split = source, path, hub_name, split
         self.batch_size, self.limit = batch_size, limit
         self.rows: list[dict[str, Any]] = []
+        self.read_count, self.is_release = 0, source == "hub" and hub_name == HUB_NAME
 
     def load_rows(self) -> list[dict[str, Any]]:
         if self.source == "embedded":
@@ -94,6 +103,9 @@ class CRUXEvalDataModule(L.LightningDataModule):
                                "per line)")
         else:
             rows = hub_rows(self.hub_name, self.split)
+        self.read_count = len(rows)
+        if self.source == "local":
+            self.is_release = is_release(rows)
         return rows[: self.limit] if self.limit is not None else rows
 
     def setup(self, stage: str | None = None) -> None:
@@ -103,13 +115,21 @@ class CRUXEvalDataModule(L.LightningDataModule):
             rank_zero_info(f"CRUXEval: source={self.source} ({where}), {len(self.rows)} rows")
 
     def card_metadata(self) -> dict[str, Any]:
-        """What data this run used, for its card: the Hub id only when CRUXEval itself was read (a local jsonl
-        in the official schema is taken to be the benchmark; the embedded sample is the project's own)."""
+        """What data this run used, for its card: the benchmark's Hub id only when CRUXEval itself was read (the
+        official Hub dataset, or a local jsonl whose rows are the release's); the embedded sample is the project's
+        own, and another file in the same schema is named by its path."""
         if self.source == "embedded":
             return {"data_source": f"embedded: {len(self.rows) or 24} CRUXEval-format rows of the project's own "
                                    "functions (not the CRUXEval benchmark)"}
+        if self.source == "hub" and not self.is_release:
+            return {"datasets": [self.hub_name], "data_source": f"{self.hub_name} from the Hub, split {self.split}"}
+        if self.source == "local" and not self.rows:
+            self.setup()
+        if not self.is_release:
+            return {"data_source": f"local file {self.path} in the CRUXEval format ({self.read_count} rows; not the "
+                                   "released benchmark)"}
         where = f"the Hub ({self.hub_name}, split {self.split})" if self.source == "hub" else f"local file {self.path}"
-        return {"datasets": ["cruxeval-org/cruxeval"], "data_source": f"CRUXEval from {where}"}
+        return {"datasets": [HUB_NAME], "data_source": f"CRUXEval from {where}"}
 
     def _loader(self) -> DataLoader:
         return DataLoader(self.rows, batch_size=self.batch_size, shuffle=False, collate_fn=collate_rows)

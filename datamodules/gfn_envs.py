@@ -122,7 +122,7 @@ class GFNEnvDataModule(L.LightningDataModule):
     env: ``hypergrid``, ``bn`` (5-node Bayesian-network structure learning with the BGe score) or ``bioseq``.
     n_iterations: training iterations (batches of the one training epoch; official 2000).
     height, ndim, R0, R1, R2: the hypergrid (official train.py: 256, 2, 0.01, 0.5, 2.0).
-    source: ``embedded`` (computed / seeded generator) or ``local`` (``data_path``; BN only).
+    source: ``embedded`` (computed / seeded generator) or ``local`` (BN: ``data_path``; sequence tasks: ``oracle_path``).
     data_path: CSV of BN observations (source local).
     dag_list_path: the official ``DAG-5-list.npy``; unset: every DAG enumerated here (same order).
     n_nodes, n_edges, n_samples, obs_noise, seed: the seeded BN generator (official 5, 5, 100, 0.1, 0).

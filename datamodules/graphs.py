@@ -300,8 +300,8 @@ class GraphDataModule(L.LightningDataModule):
         return self._loader()
 
     def card_metadata(self) -> dict[str, Any]:
-        what = {"mat": f"the official repository's small graphs (.mat, key A) from {self.path}",
-                "snap": f"SNAP graphs (SuiteSparse/SNAP files, standardised as the official script) from {self.path}",
+        what = {"mat": f"graphs in .mat files (key A, as the official repository's small graphs) from {self.path}",
+                "snap": f"graphs in SuiteSparse/SNAP files (standardised as the official script) from {self.path}",
                 "networkx": "networkx's bundled graphs",
                 "embedded": "embedded: seeded G(n,p) / planted-cluster graphs"}[self.source]
         names = ", ".join(g.name for g in self.graphs) if self.graphs else "not loaded yet"

@@ -27,11 +27,15 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import reading, train_loader
+from zoo.data import content_digest, reading, train_loader
 from zoo.errors import ZooError
 from zoo.rosa.gsm8k import EVAL_TEMPLATE
 
 HUB_DATASET = ("openai/gsm8k", "main")
+# zoo.data.content_digest of the release's rows (question, NUL, answer): openai/grade-school-math @ 3101c7d, whose
+# rows the Hub copy holds. Local files count as GSM8K on a run's card only when their rows have these digests.
+RELEASE_DIGESTS = {"train": "e929bed5b8df5112b1e43f03d1ae695af14038465754b26eee8fb24ef6b5f857",
+                   "test": "717bdea61058589e2f4f312c8fbd63bf3c8d3278a62da068294afe22aa1b4f4b"}
 
 
 # --- the embedded source ------------------------------------------------------------------------------------
@@ -88,8 +92,9 @@ def embedded_gsm8k(n: int, seed: int, kinds: Optional[Sequence[int]] = None) -> 
 
 def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
     """One split: ``{split}.jsonl`` (github.com/openai/grade-school-math: one ``{"question", "answer"}`` object per
-    line) or ``{split}-*.parquet`` (the Hub's ``main/`` folder, columns question/answer). Every row is checked; a
-    broken line or a row without a field is a ZooError naming the file and the line (jsonl) or row (parquet)."""
+    line) or ``{split}*.parquet`` (as in the Hub's ``main/`` folder, also read from a ``main/`` subfolder; columns
+    question/answer). Every row is checked; a broken line or a row without a field is a ZooError naming the file and
+    the line (jsonl) or row (parquet)."""
     jsonl = directory / f"{split}.jsonl"
     if jsonl.is_file():
         rows, where = [], []
@@ -106,7 +111,7 @@ def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
         parquet = sorted(directory.glob(f"{split}*.parquet")) or sorted(directory.glob(f"main/{split}*.parquet"))
         if not parquet:
             raise ZooError(f"GSM8K {split} split not found in {directory} (expected {split}.jsonl or "
-                           f"{split}-*.parquet); get it from github.com/openai/grade-school-math "
+                           f"{split}*.parquet); get it from github.com/openai/grade-school-math "
                            f"(grade_school_math/data) or use source: hub")
         import pandas as pd
 
@@ -243,6 +248,7 @@ class GSM8KDataModule(L.LightningDataModule):
             if value < 1:
                 raise ZooError(f"GSM8KDataModule: {name} must be >= 1, got {value}")
         self.tokenizer = None
+        self.is_release, self.read_rows = False, {}
         self.train_rows: list[dict] = []
         self.val_rows: list[dict] = []
         self.test_rows: list[dict] = []
@@ -259,6 +265,10 @@ class GSM8KDataModule(L.LightningDataModule):
         hp = self.hparams
         rank_zero_info(f"GSM8K source: {hp.source}" + (f" ({hp.path})" if hp.source == "local" else ""))
         train, test = load_gsm8k(hp.source, hp.path, hp.embedded_size, hp.seed, hp.embedded_kinds)
+        self.read_rows = {"train": len(train), "test": len(test)}
+        self.is_release = hp.source == "hub" or (hp.source == "local" and all(
+            content_digest(f"{r['question']}\0{r['answer']}" for r in rows) == RELEASE_DIGESTS[split]
+            for split, rows in (("train", train), ("test", test))))
         train = list(train)[: hp.num_train] if hp.num_train else list(train)
         if hp.num_val:
             if hp.num_val >= len(train):
@@ -273,12 +283,19 @@ class GSM8KDataModule(L.LightningDataModule):
         self.val_rows, self.test_rows = self._eval_rows(val), self._eval_rows(test)
 
     def card_metadata(self) -> dict:
-        """What data this run used, for its card: the Hub id only when the real GSM8K was read."""
+        """What data this run used, for its card: the Hub id only when the real GSM8K was read (the Hub, or local
+        files whose rows are the release's)."""
         hp = self.hparams
         if hp.source == "embedded":
             kinds = "" if hp.embedded_kinds is None else f", templates {list(hp.embedded_kinds)}"
             return {"data_source": f"embedded: seeded generator of GSM8K-format problems{kinds} (not the GSM8K "
                                    "dataset)"}
+        if not self.read_rows:
+            self.setup()
+        if not self.is_release:
+            n = self.read_rows
+            return {"data_source": f"local files in the GSM8K format in {hp.path} ({n['train']} train / {n['test']} "
+                                   "test rows; not the released GSM8K)"}
         where = "the Hub (openai/gsm8k, main)" if hp.source == "hub" else f"local files in {hp.path}"
         return {"datasets": ["openai/gsm8k"], "data_source": f"GSM8K from {where}"}
 

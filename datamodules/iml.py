@@ -127,7 +127,8 @@ class IMLDataModule(L.LightningDataModule):
         hp = self.hparams
         if hp.source == "embedded":
             return {"data_source": f"embedded: {hp.num_ents} fictional people in the CVDB schema (not the CVDB table)"}
-        return {"data_source": f"CVDB (Laouenan et al. 2022), {hp.num_ents} people, from {hp.path}"}
+        return {"data_source": f"a table in the CVDB schema (Laouenan et al. 2022), {hp.num_ents} people, from "
+                               f"{hp.path}"}
 
     def train_dataloader(self) -> DataLoader:
         return train_loader(self.train_documents, self.hparams.batch_size, shuffle=True, seed=self.hparams.seed,

@@ -101,7 +101,8 @@ class MedMNISTDataModule(LongTailDataModule):
         ir = f"imbalance ratio {self.imbalance_ratio:g}" if self.imbalance_ratio else "as released"
         if self.source == "embedded":
             return {"data_source": f"embedded: scikit-learn's digits standing in for MedMNIST ({ir}; not MedMNIST)"}
-        return {"data_source": f"MedMNIST {self.flag} ({self.size}x{self.size}, {ir}) from {self.path}"}
+        return {"data_source": f"{self.flag} in the MedMNIST .npz format ({self.size}x{self.size}, {ir}) from "
+                               f"{self.path}"}
 
     def _load(self):
         if self.source == "embedded":

@@ -21,6 +21,7 @@ The test loader is the forget set; `UnlearningMetrics` reads the sets themselves
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -37,6 +38,18 @@ from zoo.lm import right_pad
 from zoo.unlearning.metrics import check_disjoint
 
 CSV_FIELDS = ("doc_id", "corpus", "text")
+# The Pile's 22 components, compared by letters and digits only (the released CSVs write pile-cc, github,
+# openwebtext2, books3, freelaw, enron_emails, ...). A run's card names the Pile only when every row of the sets it
+# read says it came from one of them: a file of one's own text in this format is not the Pile.
+PILE_COMPONENTS = frozenset({
+    "pilecc", "pubmedcentral", "books3", "openwebtext2", "arxiv", "github", "freelaw", "stackexchange",
+    "usptobackgrounds", "pubmedabstracts", "gutenbergpg19", "opensubtitles", "wikipediaen", "dmmathematics",
+    "ubuntuirc", "bookcorpus2", "europarl", "hackernews", "youtubesubtitles", "philpapers", "nihexporter",
+    "enronemails"})
+
+
+def from_the_pile(rows: list[dict]) -> bool:
+    return bool(rows) and all(re.sub(r"[^a-z0-9]", "", r["corpus"].lower()) in PILE_COMPONENTS for r in rows)
 
 
 @dataclass
@@ -243,6 +256,7 @@ class MemorizationDataModule(L.LightningDataModule):
                 raise ZooError(f"{name} must be >= 1, got {getattr(self.hparams, name)}")
         self.seed = int(torch.initial_seed() if seed is None else seed)
         self.forget_set: MemorizationSet | None = None
+        self.pile = False
         self.unseen_set: MemorizationSet | None = None
         self.heldout_set: MemorizationSet | None = None
         self.background_set: MemorizationSet | None = None
@@ -287,6 +301,7 @@ class MemorizationDataModule(L.LightningDataModule):
             rows = {"forget": read_extraction_csv(h.forget_path), "unseen": read_extraction_csv(h.unseen_path)}
             rows["heldout"] = read_extraction_csv(h.heldout_path) if h.heldout_path else rows["unseen"]
             rows["background"] = read_extraction_csv(h.background_path) if h.background_path else []
+            self.pile = from_the_pile([r for name in ("forget", "unseen", "heldout", "background") for r in rows[name]])
             rank_zero_info(f"MemorizationDataModule: source=local (extraction-benchmark CSV doc_id,corpus,text) "
                            f"forget={h.forget_path} unseen={h.unseen_path} heldout={h.heldout_path or '(unseen set)'}"
                            f" background={h.background_path or '(none)'}; train_set={h.train_set}")
@@ -351,8 +366,11 @@ class MemorizationDataModule(L.LightningDataModule):
     def card_metadata(self) -> dict:
         h = self.hparams
         if h.source == "local":
-            return {"datasets": ["EleutherAI/pile"],
-                    "data_source": f"local extraction-benchmark CSVs: forget {h.forget_path}, unseen {h.unseen_path}"}
+            self.setup()
+            files = f"forget {h.forget_path}, unseen {h.unseen_path}"
+            if not self.pile:
+                return {"data_source": f"local CSVs in the extraction-benchmark format: {files} (not Pile sequences)"}
+            return {"datasets": ["EleutherAI/pile"], "data_source": f"local extraction-benchmark CSVs: {files}"}
         mix = (f"; trained on a mix of {h.num_background} background sequences with the forget set repeated at "
                f"graded rates (forget_fraction {h.forget_fraction})" if h.train_set == "mix" else "")
         return {"data_source": f"embedded: seeded synthetic Markov language (seed {self.seed}), {h.num_forget} forget "

@@ -63,6 +63,8 @@ class PDEDataModule(SplitLoaders, L.LightningDataModule):
         ``direct`` (sparse LU).
     grid_size: nodes per side s incl. the boundary (paper: 102 / 152 / 252); None = the paper's.
     n_train, n_val, n_test: sample counts (the paper: 1,000 GMRES or 10,000 DiffOAS training samples, 100 test).
+        With ``source: local`` the first n_train + n_val samples of the training file are used, and the whole test
+        file (n_test is for generated data).
     n_basis: DiffOAS basis solutions (paper: 30 / 50 / 50); None = the paper's.
     action: DiffOAS operator action, ``stencil`` (matrix-free, default) or ``sparse`` (assembled matrix, as the official
         scripts); the same operator, equal to rounding.

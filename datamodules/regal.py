@@ -256,4 +256,5 @@ class ReGALDataModule(L.LightningDataModule):
         if self.source == "embedded":
             return {"data_source": f"embedded: seeded ReGAL-{self.domain} generator (seed {self.seed}), "
                                    f"{self.n_train} train / {self.n_test} test rows"}
-        return {"data_source": f"ReGAL {self.domain} release files ({self.path}: {self.train_file}, {self.test_file})"}
+        return {"data_source": f"{self.domain} files in the ReGAL release format ({self.path}: {self.train_file}, "
+                               f"{self.test_file})"}

@@ -41,6 +41,12 @@ from zoo.pcdenoiser.operators import BlurDownsample, CircularBlur, check_kernel
 SKIMAGE_IMAGES = ("camera", "astronaut", "coins", "moon", "text", "brick", "grass", "gravel", "chelsea")
 LEVIN_PNGS = tuple(f"kevin_{i}.png" for i in range(1, 9))
 IMAGE_SUFFIXES = (".png", ".bmp", ".tif", ".tiff", ".jpg", ".jpeg")
+# What the released sets look like, so that a card names a set only when the folder read is recognisably it (a user's
+# own folder is named by its path in data_source, never as a dataset): DIV2K HR is 0001.png..0800.png (train) and
+# 0801.png..0900.png (validation); a test set is its released folder name with its image count.
+DIV2K_HR_NAMES = frozenset(f"{i:04d}.png" for i in range(1, 901))
+DIV2K_MIN_IMAGES = 800
+BENCHMARK_SIZES = {"Set12": 12, "BSD68": 68, "CBSD68": 68, "BSD68_cut": 68}  # BSD68_cut: BSD68 cut by cut8.m
 
 
 # ---------------------------------------------------------------------------------------------- images
@@ -72,6 +78,17 @@ def list_images(folder: str, what: str, hint: str) -> list[Path]:
     if not files:
         raise ZooError(f"{what} folder {folder!r} holds no images ({', '.join(IMAGE_SUFFIXES)}); {hint}")
     return files
+
+
+def is_div2k_hr(names: list[str]) -> bool:
+    """At least 800 images, all named as DIV2K's HR release names them."""
+    return len(names) >= DIV2K_MIN_IMAGES and set(names) <= DIV2K_HR_NAMES
+
+
+def benchmark_set(folder: str, names: list[str]) -> str | None:
+    """The benchmark set a test folder is: its name, when that is a known set's and it holds that set's count."""
+    name = Path(folder).name
+    return name if BENCHMARK_SIZES.get(name) == len(names) else None
 
 
 def skimage_image(name: str, channels: int, size: Optional[int]) -> np.ndarray:
@@ -296,6 +313,7 @@ class RestorationDataModule(L.LightningDataModule):
         self._val: Optional[Dataset] = None
         self._test: Optional[Dataset] = None
         self.kernel_source = "none"
+        self.image_names: dict[str, list[str]] = {}  # folder -> the image files setup listed there
 
     # ------------------------------------------------------------------ sources
     def _eval_images(self, role: str) -> list[tuple[str, np.ndarray]]:
@@ -305,6 +323,7 @@ class RestorationDataModule(L.LightningDataModule):
             if not folder:
                 raise ZooError(f"source='local' needs test_dir (Set12 PNGs){' or val_dir' if role == 'val' else ''}")
             files = list_images(folder, role, "put the Set12 PNGs (01.png..12.png) there")
+            self.image_names[folder] = [f.name for f in files]
             return [(f.name, read_image(f, hp.channels)) for f in files]
         names = hp.skimage_val if role == "val" else hp.skimage_test
         return [(n, skimage_image(n, hp.channels, hp.image_size)) for n in names]
@@ -390,6 +409,7 @@ class RestorationDataModule(L.LightningDataModule):
                 if not hp.train_dir:
                     raise ZooError("source='local' needs train_dir (DIV2K_train_HR PNGs) to fit")
                 files = list_images(hp.train_dir, "training", "download DIV2K_train_HR and point train_dir at it")
+                self.image_names[hp.train_dir] = [f.name for f in files]
                 images, loader = files, (lambda f: read_image(f, hp.channels))
                 what = f"{len(files)} images from {hp.train_dir}"
             else:
@@ -423,6 +443,14 @@ class RestorationDataModule(L.LightningDataModule):
     def predict_dataloader(self):
         return self.test_dataloader()
 
+    def _image_names(self, folder: str) -> list[str]:
+        """The image files setup listed in a folder; a folder this command did not read (the training folder of a
+        `zoo test` run that writes into its fit run's card) is listed now, by name only (no image is opened)."""
+        if folder not in self.image_names:
+            p = Path(folder)
+            return sorted(f.name for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES) if p.is_dir() else []
+        return self.image_names[folder]
+
     def card_metadata(self) -> dict:
         hp = self.hparams
         task = {"denoise": f"denoising at sigma {hp.noise_sigma:.4g}",
@@ -431,10 +459,13 @@ class RestorationDataModule(L.LightningDataModule):
                 "poisson_deblur": f"Poisson deblurring at peak {hp.peak:g}, kernels: {self.kernel_source}",
                 "sisr": f"x{hp.sf} super-resolution, noise sigma {hp.noise_sigma:.4g}, kernel: {self.kernel_source}"}
         if hp.source == "local":
-            # the sets this run reads: DIV2K for training, the test folder's name (Set12, or BSD68_cut for the
-            # official Poisson deblurring) for evaluation
-            used = (["DIV2K"] if hp.train_dir else []) + [Path(d).name for d in (hp.val_dir, hp.test_dir) if d]
-            return {"datasets": list(dict.fromkeys(used)),
-                    "data_source": f"local: training {hp.train_dir}, test {hp.test_dir}; test task {task[hp.task]}"}
+            # the released sets this run reads, recognised by their files: DIV2K for training, Set12 (or BSD68_cut
+            # for the official Poisson deblurring) for evaluation
+            used = ["DIV2K"] if hp.train_dir and is_div2k_hr(self._image_names(hp.train_dir)) else []
+            used += [s for d in (hp.val_dir, hp.test_dir) if d and (s := benchmark_set(d, self._image_names(d)))]
+            val = f", validation {hp.val_dir}" if hp.val_dir else ""
+            meta = {"data_source": f"local: training {hp.train_dir}{val}, test {hp.test_dir}; "
+                                   f"test task {task[hp.task]}"}
+            return {"datasets": list(dict.fromkeys(used)), **meta} if used else meta
         return {"data_source": f"embedded: scikit-image images ({', '.join(hp.skimage_train)} for training, "
                                f"{len(hp.skimage_test)} for testing) at {hp.image_size} px; test task {task[hp.task]}"}

@@ -371,7 +371,8 @@ class SeqRecDataModule(pl.LightningDataModule):
         hp = self.hparams
         if hp.source == "embedded":
             return {"data_source": "embedded: seeded Zipf + Markov interaction generator (not MovieLens or Amazon)"}
-        name = "MovieLens-1M ratings" if hp.source == "movielens" else "Amazon reviews"
+        name = ("ratings in the MovieLens-1M format" if hp.source == "movielens"
+                else "reviews in an Amazon release format")
         return {"data_source": f"{name} from {hp.path}"}
 
     def train_dataloader(self) -> DataLoader:

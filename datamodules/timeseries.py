@@ -41,6 +41,15 @@ from zoo.moment.formats import (
 
 SEQ_LEN = 512
 
+# What the released files look like, checked on the loaded data so that a card names a release only when the files
+# read are recognisably it (a user's own file in the same format is named by its path, never as the release).
+ETTH1_ROWS = 17_420  # the released ETTh1.csv: hourly rows 2016-07-01 00:00 .. 2018-06-26 19:00
+ETTH1_START = pd.Timestamp("2016-07-01 00:00:00")
+# ECG5000 (the one UCR/UEA set the configs read from local files): train/test cases, length, classes. The archive's
+# full name list ships with aeon (aeon.datasets.tsc_datasets), which is not a dependency of the zoo: a card must not
+# depend on whether it is installed, so other names are left unclaimed.
+UCR_RELEASES = {"ECG5000": (500, 4500, 140, 5)}
+
 
 def left_pad(series: np.ndarray, seq_len: int = SEQ_LEN) -> tuple[np.ndarray, np.ndarray]:
     """[C, L] -> ([C, seq_len] zero-padded on the left, input_mask [seq_len]); NaNs are unobserved too."""
@@ -145,10 +154,19 @@ class ETTh1DataModule(_WindowSets):
         _check_batch(batch_size)
         _check_batch(eval_batch_size, "eval_batch_size")
         self.sets: dict[str, WindowDataset] = {}
+        self.rows_read: int | None = None  # rows of the local file, once setup has read it
+        self.is_release = False  # whether that file is the released ETTh1.csv
 
     @property
     def n_channels(self) -> int:
         return len(ETT_COLUMNS) - 1
+
+    @staticmethod
+    def released_etth1(df: pd.DataFrame) -> bool:
+        """The released ETTh1.csv (the schema is checked by read_ett_csv): 17,420 hourly rows from 2016-07-01."""
+        dates = df["date"]
+        return (len(df) == ETTH1_ROWS and dates.iloc[0] == ETTH1_START
+                and dates.iloc[-1] == ETTH1_START + pd.Timedelta(hours=ETTH1_ROWS - 1))
 
     def setup(self, stage: str | None = None) -> None:
         if self.sets:
@@ -157,6 +175,7 @@ class ETTh1DataModule(_WindowSets):
         if hp.source == "local":
             with reading(hp.path, "ETT CSV"):
                 df = read_ett_csv(hp.path)
+            self.rows_read, self.is_release = len(df), self.released_etth1(df)
         else:
             df = embedded_ett(hp.n_rows, hp.seed)
         what = f"file {hp.path} (ETT CSV)" if hp.source == "local" else f"embedded seeded series ({hp.n_rows} rows)"
@@ -181,9 +200,13 @@ class ETTh1DataModule(_WindowSets):
                        f"the first {tr} rows")
 
     def card_metadata(self) -> dict:
-        if self.hparams.source == "local":
-            return {"datasets": ["ETTh1"], "data_source": f"ETTh1.csv ({self.hparams.task}, local file)"}
-        return {"data_source": f"embedded: seeded series in the ETTh1 schema ({self.hparams.n_rows} rows)"}
+        hp = self.hparams
+        if hp.source == "embedded":
+            return {"data_source": f"embedded: seeded series in the ETTh1 schema ({hp.n_rows} rows)"}
+        if self.is_release:
+            return {"datasets": ["ETTh1"], "data_source": f"ETTh1.csv ({hp.task}, local file {hp.path})"}
+        rows = "not read yet" if self.rows_read is None else f"{self.rows_read} rows; not the released ETTh1"
+        return {"data_source": f"local CSV in the ETTh1 schema: {hp.path} ({rows}; {hp.task})"}
 
 
 # ================================================================================================ classification
@@ -262,6 +285,22 @@ class UCRClassificationDataModule(_WindowSets):
         self.sets: dict[str, ClassificationDataset] = {}
         self.classes: list[str] = []
         self.n_channels = 0
+        self.problem: str | None = None  # the local files' own @problemName, once setup has read them
+        self.release: str | None = None  # the UCR/UEA release those files are, if they are one
+
+    @staticmethod
+    def released_as(train: TSData, test: TSData) -> str | None:
+        """The UCR/UEA release the loaded local files are: their own @problemName, if both files carry it, the zoo
+        knows that release's shapes (cases per split, univariate length, classes) and the files have them."""
+        name = train.meta.get("problemname")
+        shapes = UCR_RELEASES.get(name)
+        if shapes is None or test.meta.get("problemname") != name:
+            return None
+        n_train, n_test, length, n_classes = shapes
+        ok = (len(train.series) == n_train and len(test.series) == n_test
+              and all(s.shape == (1, length) for s in [*train.series, *test.series])
+              and len(set(train.labels.tolist())) == n_classes)
+        return name if ok else None
 
     def read(self) -> tuple[TSData, TSData, str]:
         hp = self.hparams
@@ -291,6 +330,9 @@ class UCRClassificationDataModule(_WindowSets):
         if train.n_channels != test.n_channels:
             raise ZooError(f"train has {train.n_channels} channels, test {test.n_channels}")
         self.n_channels = train.n_channels
+        if hp.source == "local":
+            self.problem = train.meta.get("problemname")
+            self.release = self.released_as(train, test)
         index = {c: i for i, c in enumerate(self.classes)}
 
         def to_set(data: TSData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -318,8 +360,16 @@ class UCRClassificationDataModule(_WindowSets):
         hp = self.hparams
         if hp.source == "embedded":
             return {"data_source": "embedded: seeded class-shaped series (.ts schema)"}
-        where = "local .ts files" if hp.source == "local" else f"copy bundled with {hp.source}"
-        return {"datasets": [f"UCR/UEA {hp.dataset}"], "data_source": f"UCR/UEA {hp.dataset} ({where})"}
+        if hp.source != "local":  # the copy bundled with aeon/sktime, read by its name
+            return {"datasets": [f"UCR/UEA {hp.dataset}"],
+                    "data_source": f"UCR/UEA {hp.dataset} (copy bundled with {hp.source})"}
+        files = f"{hp.train_path}, {hp.test_path}"
+        if self.release:
+            return {"datasets": [f"UCR/UEA {self.release}"],
+                    "data_source": f"UCR/UEA {self.release} (local .ts files {files})"}
+        what = "not read yet" if not self.classes else \
+            f"@problemName {self.problem!r}; not a UCR/UEA release the zoo recognises"
+        return {"data_source": f"local .ts files {files} ({what})"}
 
 
 # ================================================================================================ anomaly detection
@@ -421,6 +471,7 @@ class UCRAnomalyDataModule(_WindowSets):
         hp = self.hparams
         if hp.source == "embedded":
             return {"data_source": "embedded: seeded periodic series with one anomalous segment"}
+        # read_ucr_anomaly reads only files named as the archive names them (NNN_UCR_Anomaly_...), so the claim holds
         name = hp.dataset if hp.source == "aeon" else (hp.path or "")
         return {"datasets": ["UCR Time Series Anomaly Archive"], "data_source": f"UCR anomaly {name} ({hp.source})"}
 

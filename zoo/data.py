@@ -14,10 +14,11 @@ new permutation (some examples are seen twice, others never). Two things make th
 from __future__ import annotations
 
 import csv
+import hashlib
 import pickle
 import tarfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Optional
 
@@ -46,6 +47,14 @@ def reading(path: Any, what: str, extra: tuple[type[BaseException], ...] = ()) -
         raise
     except (*READ_ERRORS, *extra) as e:
         raise ZooError(f"{path} is not a readable {what} ({type(e).__name__}: {flat(e)})") from e
+
+
+def content_digest(rows: Iterable[str]) -> str:
+    """SHA-256 of a multiset of rows, whatever their order and the file that carried them (JSONL, parquet). A run's
+    card names a released dataset only when the rows it read have the release's digest: a user's own file in the
+    same format is not the release."""
+    leaves = sorted(hashlib.sha256(row.encode()).digest() for row in rows)
+    return hashlib.sha256(b"".join(leaves)).hexdigest()
 
 
 class EpochSampler(Sampler[int]):

@@ -101,6 +101,22 @@ def test_datamodule_sources(tmp_path, shared_data):
         assert len(next(iter(dm.test_dataloader()))) == 5
 
 
+def test_the_card_names_cruxeval_only_for_the_released_rows(tmp_path, shared_data):
+    """A local file is the benchmark on a run's card only when its rows are the release's (any order, any limit);
+    a file of one's own problems in the same schema is named by its path, another Hub dataset by its own id."""
+    rows = [json.loads(line) for line in (shared_data / "cruxeval.jsonl").read_text().splitlines()]
+    shuffled = tmp_path / "shuffled.jsonl"
+    shuffled.write_text("".join(json.dumps(r) + "\n" for r in rows[::-1]))
+    release = CRUXEvalDataModule(source="local", path=str(shuffled), limit=3)
+    assert release.card_metadata()["datasets"] == ["cruxeval-org/cruxeval"]
+    own = tmp_path / "own.jsonl"
+    own.write_text("".join(json.dumps(r) + "\n" for r in [*rows[:799], {**rows[799], "output": "0"}]))
+    meta = CRUXEvalDataModule(source="local", path=str(own)).card_metadata()
+    assert "datasets" not in meta and f"local file {own} in the CRUXEval format (800 rows" in meta["data_source"]
+    assert CRUXEvalDataModule(source="hub").card_metadata()["datasets"] == ["cruxeval-org/cruxeval"]
+    assert CRUXEvalDataModule(source="hub", hub_name="me/mine").card_metadata()["datasets"] == ["me/mine"]
+
+
 def test_hub_round_trip_of_a_random_init_model(tmp_path):
     import torch
 

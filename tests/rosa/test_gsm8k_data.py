@@ -46,6 +46,28 @@ def test_local_jsonl_and_parquet(shared_data, tmp_path):
     assert ptrain == train[:5] and ptest == test[:3]
 
 
+def test_the_card_names_gsm8k_only_for_the_released_rows(shared_data, tmp_path):
+    """Local files are GSM8K on a run's card only when their rows are the release's, in any order or file format;
+    a user's own problems in the same format are named by their path."""
+    import pandas as pd
+
+    train, test = load_gsm8k("local", str(shared_data / "gsm8k"))
+    released = GSM8KDataModule(source="local", path=str(shared_data / "gsm8k"), tokenizer="byt5", num_test=8)
+    released.setup()
+    assert released.card_metadata()["datasets"] == ["openai/gsm8k"]
+    pd.DataFrame(train[::-1]).to_parquet(tmp_path / "train-00000-of-00001.parquet")  # the Hub's format, reordered
+    pd.DataFrame(test).to_parquet(tmp_path / "test-00000-of-00001.parquet")
+    assert GSM8KDataModule(source="local", path=str(tmp_path), tokenizer="byt5").card_metadata()["datasets"] == [
+        "openai/gsm8k"]
+    own = tmp_path / "own"
+    own.mkdir()
+    for split, rows in (("train", train[:40]), ("test", test[:1318] + [{**test[-1], "answer": "#### 0"}])):
+        (own / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    meta = GSM8KDataModule(source="local", path=str(own), tokenizer="byt5").card_metadata()
+    assert "datasets" not in meta
+    assert str(own) in meta["data_source"] and "40 train / 1319 test rows; not the released GSM8K" in meta["data_source"]
+
+
 def test_missing_sources_are_errors(tmp_path):
     with pytest.raises(ZooError, match="does not exist"):
         load_gsm8k("local", str(tmp_path / "nowhere"))

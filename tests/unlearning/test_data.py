@@ -33,6 +33,26 @@ def test_local_csv_round_trip(tmp_path):
     assert loc.background_set.texts == emb.background_set.texts
 
 
+def test_the_card_names_the_pile_only_for_pile_sequences(tmp_path):
+    """The released CSVs say which of the Pile's components each sequence came from (`corpus`); a run's card names
+    the Pile only when every row does, and a file of one's own text in the same format is named by its path."""
+    def sets(forget_corpus: list[str]) -> dict:
+        forget = [{"doc_id": str(i), "corpus": c, "text": f"sequence number {i} of the forget set " * 2}
+                  for i, c in enumerate(forget_corpus)]
+        unseen = [{"doc_id": "u", "corpus": "Pile-CC", "text": "an unseen sequence of text " * 2}]
+        write_extraction_csv(tmp_path / "f.csv", forget)
+        write_extraction_csv(tmp_path / "u.csv", unseen)
+        dm = MemorizationDataModule(source="local", forget_path=str(tmp_path / "f.csv"),
+                                    unseen_path=str(tmp_path / "u.csv"), seq_len=40)
+        return dm.card_metadata()
+
+    # as lm_extraction_8_0.csv of joeljang/knowledge-unlearning spells them, and the names of the Pile's paper
+    assert sets(["github", "pile-cc", "openwebtext2", "enron_emails", "Gutenberg (PG-19)"])["datasets"] == [
+        "EleutherAI/pile"]
+    meta = sets(["github", "my-notes"])
+    assert "datasets" not in meta and "f.csv" in meta["data_source"] and "not Pile sequences" in meta["data_source"]
+
+
 def test_missing_local_file_says_how_to_get_it(tmp_path):
     dm = MemorizationDataModule(source="local", forget_path=str(tmp_path / "nope.csv"), unseen_path="x.csv")
     with pytest.raises(ZooError, match="nope.csv not found.*knowledge-unlearning"):
