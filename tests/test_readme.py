@@ -51,3 +51,19 @@ def test_every_sweep_is_named_with_its_command():
         card += "".join(p.read_text() for p in (ROOT / "cards" / paper.id).glob("*.md"))
         command = f"zoo sweep configs/sweeps/{sweep.name}"
         assert command in README or command in card, f"{sweep.name}: neither the README nor {paper.id}'s card runs it"
+
+
+def test_your_own_data_names_real_datamodules_and_options():
+    """Each row of 'Your own data' names a datamodule that exists and `option: value` pairs it takes."""
+    import importlib
+    import inspect
+
+    section = README[README.index("## Your own data"):README.index("## Papers")]
+    rows = [r for r in section.splitlines() if r.startswith("| `")]
+    assert {r.split("`")[1] for r in rows} == set(PAPERS)
+    for row in rows:
+        _, datamodule, options, _ = row.split(" | ", 3)
+        module, name = ("datamodules." + re.search(r"`([\w.]+)`", datamodule).group(1)).rsplit(".", 1)
+        params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+        named = re.findall(r"`(\w+): [^`]+`", options)
+        assert named and not [o for o in named if o not in params], (name, named)
