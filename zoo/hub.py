@@ -86,8 +86,8 @@ class HubMixin:
     @classmethod
     def from_pretrained(cls, repo_or_dir: str | Path, revision: str | None = None, endpoint: str | None = None,
                         **overrides: Any):
-        """Rebuild a module from a local directory or a Hub repo (through the HF cache; works with
-        `HF_HUB_OFFLINE=1` once cached). `overrides` replace init args."""
+        """Rebuild a module from a local directory (`save_pretrained`'s, or a run dir: its last checkpoint) or a Hub
+        repo (through the HF cache; works with `HF_HUB_OFFLINE=1` once cached). `overrides` replace init args."""
         return load_pretrained(repo_or_dir, revision=revision, endpoint=endpoint, expected=cls, **overrides)
 
 
@@ -180,8 +180,11 @@ def _local_or_download(repo_or_dir: str | Path, revision: str | None, endpoint: 
 
 def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoint: str | None = None,
                     expected: type | None = None, **overrides: Any):
-    """The module stored in a local dir or Hub repo (class from its config.yaml)."""
+    """The module stored in a local dir or Hub repo (class from its config.yaml), or the module of a run dir of this
+    machine (its last checkpoint, read weights-only, as `zoo push` reads it)."""
     from_hub = not Path(repo_or_dir).is_dir()
+    if not from_hub and is_run_dir(Path(repo_or_dir)):
+        return module_from_run(repo_or_dir, expected=expected, **overrides).eval()
     local = _local_or_download(repo_or_dir, revision, endpoint)
     pickles = [p.name for p in local.iterdir() if p.suffix in PICKLE_SUFFIXES]
     if not (local / WEIGHTS).exists():
@@ -287,7 +290,13 @@ def check_state_fits(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor
 
 # -- commands ------------------------------------------------------------------------------------------
 
-def module_from_run(run_dir: str | Path, checkpoint: str = "last"):
+def is_run_dir(path: Path) -> bool:
+    """A `zoo fit` run dir (its config and a last checkpoint), not a `save_pretrained` directory."""
+    return not (path / WEIGHTS).exists() and (path / CONFIG).is_file() and \
+        (path / "checkpoints" / "last.ckpt").is_file()
+
+
+def module_from_run(run_dir: str | Path, checkpoint: str = "last", expected: type | None = None, **overrides: Any):
     """Rebuild a run's module from its config.yaml and a checkpoint's weights (loaded weights-only)."""
     run_dir = check_run_dir(run_dir)
     if checkpoint.endswith(".ckpt"):
@@ -299,7 +308,8 @@ def module_from_run(run_dir: str | Path, checkpoint: str = "last"):
         ckpt = best[-1] if best else ckpt
     if not ckpt.exists():
         raise ZooError(f"checkpoint {ckpt} does not exist")
-    module = _instantiate(load_yaml(run_dir / "config.yaml").get("model") or {}, run_dir / "config.yaml", run_dir)
+    module = _instantiate(load_yaml(run_dir / "config.yaml").get("model") or {}, run_dir / "config.yaml", run_dir,
+                          expected, **overrides)
     payload = load_checkpoint(ckpt)
     module.on_load_checkpoint(payload)  # modules whose state shape depends on training restore it here
     module.load_state_dict(payload["state_dict"], strict=getattr(module, "hub_strict", True))

@@ -193,6 +193,14 @@ def test_push_pull_from_pretrained_end_to_end(in_tmp, toy_config, hub, monkeypat
     model = ToyRegressor.from_pretrained("org/toy", endpoint=hub.endpoint)
     assert isinstance(model, ToyRegressor) and model.hparams.hidden == 8 and not model.training
     _assert_same_weights(trained, _state(model))
+    # before any push: the run dir itself (its last checkpoint, read weights-only), for the same class only
+    local = ToyRegressor.from_pretrained(run_dir)
+    assert isinstance(local, ToyRegressor) and not local.training
+    _assert_same_weights(trained, _state(local))
+    from zoo.rosa import RoSAModule
+
+    with pytest.raises(ZooError, match="holds a ToyRegressor, not a RoSAModule"):
+        RoSAModule.from_pretrained(run_dir)
 
     # offline, server stopped: from the HF cache
     port = hub.port
