@@ -89,9 +89,10 @@ PAPERS: dict[str, Paper] = {
             _arxiv("2401.03065"),
             "github.com/facebookresearch/cruxeval",
             status="implemented",
-            modules=("zoo.cruxeval.CRUXEvalModule",),
+            modules=("zoo.cruxeval.CRUXEvalModule", "zoo.cruxeval.CRUXEvalGenerationsModule"),
             datamodules=("datamodules.cruxeval.CRUXEvalDataModule",),
-            configs=("cruxeval_output", "cruxeval_input"),
+            configs=("cruxeval_output", "cruxeval_input", "cruxeval_generations"),
+            sweeps=("cruxeval_codellama7b",),
             smoke_verbs=("test",),
         ),
         Paper(

@@ -1,7 +1,8 @@
 """CRUXEval (Gu et al., ICML 2024): input/output prediction scored by execution in `zoo.sandbox`.
 
 Reads top-down: `prompts` (the official prompts), `scoring` (answer parsing, checks, pass@k, scoring a
-generations file), `construct` (the benchmark-construction filters), `module` (the LightningModule).
+generations file), `construct` (the benchmark-construction filters), `module` (the LightningModule),
+`generations` (the LightningModule that scores a generations file).
 """
 
 from zoo.cruxeval.prompts import STOP_WORDS, make_prompt
@@ -17,9 +18,13 @@ def __getattr__(name: str):
         from zoo.cruxeval.module import CRUXEvalModule
 
         return CRUXEvalModule
+    if name == "CRUXEvalGenerationsModule":
+        from zoo.cruxeval.generations import CRUXEvalGenerationsModule
+
+        return CRUXEvalGenerationsModule
     raise AttributeError(f"module 'zoo.cruxeval' has no attribute {name!r}")
 
 
-__all__ = ["CRUXEvalModule", "STOP_WORDS", "make_prompt", "extract_answer", "load_rows", "make_check", "plan_check",
+__all__ = ["CRUXEvalModule", "CRUXEvalGenerationsModule", "STOP_WORDS", "make_prompt", "extract_answer", "load_rows", "make_check", "plan_check",
            "Check", "pass_at_k", "score_answers", "score_generations", "summarize", "build_benchmark",
            "runtime_problems", "static_problems"]

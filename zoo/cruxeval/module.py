@@ -23,7 +23,81 @@ from zoo.records import EvalRecords
 from zoo.sandbox import Sandbox
 
 
-class CRUXEvalModule(EvalRecords, HubMixin, L.LightningModule):
+class CRUXEvalScorer(EvalRecords, HubMixin, L.LightningModule):
+    """What every CRUXEval evaluation shares: candidates scored in the sandbox, pass@k logged in percent, the
+    stage's generations, completions and verdicts written to the run dir. A subclass says where the candidates come
+    from (`candidates(rows)`: answers, the reasons for missing ones, the raw completions)."""
+
+    def check_scoring(self, mode: str, ks: list[int] | None, n_samples: int, compat: str) -> None:
+        if mode not in ("output", "input"):
+            raise ZooError(f"mode must be 'output' or 'input', got {mode!r}")
+        self.ks = sorted(set(ks if ks is not None else [1, 5]))
+        if n_samples < 1 or any(k < 1 or k > n_samples for k in self.ks):
+            raise ZooError(f"need 1 <= k <= n_samples for every k in ks={self.ks} (n_samples = {n_samples}, the "
+                           "candidates per problem)")
+        if compat not in ("strict", "official"):
+            raise ZooError(f"compat must be 'strict' or 'official', got {compat!r}")
+        self._sandbox: Sandbox | None = None
+        self.records: list[dict[str, Any]] = []
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            hp = self.hparams
+            self._sandbox = Sandbox(workers=hp.sandbox_workers, cpu_seconds=hp.cpu_seconds,
+                                    wall_timeout=hp.wall_timeout, memory_mb=hp.memory_mb)
+        return self._sandbox
+
+    def candidates(self, rows: list[dict[str, Any]]) -> tuple[list, list | None, list]:
+        raise NotImplementedError(f"{type(self).__name__} must define candidates(rows)")
+
+    def evaluate(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Candidates, then execution: one record per row (id, completions, answers, verdicts, pass@k)."""
+        hp = self.hparams
+        answers, reasons, completions = self.candidates(rows)
+        results = score_answers(rows, answers, hp.mode, self.sandbox, self.ks, reasons, hp.compat)
+        return [{**res.to_dict(), "completions": comps} for res, comps in zip(results, completions)]
+
+    # -- Lightning (hooks: zoo.records.EvalRecords) -------------------------------------------------
+    def score_records(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self.evaluate(batch)
+
+    def log_records(self, records: list[dict[str, Any]], stage: str) -> None:
+        for k in self.ks:
+            vals = [r["pass_at"].get(f"pass@{k}", 0.0) for r in records]
+            self.log(f"{stage}/pass@{k}", 100.0 * sum(vals) / len(vals), on_step=False, on_epoch=True,
+                     batch_size=len(vals), sync_dist=True)
+        # problems that could not be scored (a malformed row, no candidates) and checks the sandbox itself failed
+        counts = {"failed_rows": sum(bool(r["error"]) for r in records),
+                  "sandbox_errors": sum(v.get("status") == "worker_error" for r in records for v in r["verdicts"])}
+        for name, n in counts.items():
+            self.log(f"{stage}/{name}", float(n), on_step=False, on_epoch=True, reduce_fx="sum", sync_dist=True)
+
+    def save_records(self, stage: str) -> None:
+        if self.trainer is None or not self.records:
+            return
+        run = Path(self.trainer.default_root_dir)
+        run.mkdir(parents=True, exist_ok=True)
+        mode = self.hparams.mode
+        suffix = f"_{stage}" + (f"_rank{self.global_rank}" if self.trainer.world_size > 1 else "")
+        (run / f"generations_{mode}{suffix}.json").write_text(
+            json.dumps({r["id"]: r["answers"] for r in self.records}, indent=1))
+        (run / f"completions_{mode}{suffix}.json").write_text(
+            json.dumps({r["id"]: r["completions"] for r in self.records}, indent=1))
+        with (run / f"verdicts_{mode}{suffix}.jsonl").open("w") as fh:
+            for r in self.records:
+                fh.write(json.dumps({k: v for k, v in r.items() if k != "completions"}) + "\n")
+
+    def teardown(self, stage: str) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+    def configure_optimizers(self):
+        return None
+
+
+class CRUXEvalModule(CRUXEvalScorer):
     """CRUXEval input or output prediction with a causal LM.
 
     Args:
@@ -53,13 +127,7 @@ class CRUXEvalModule(EvalRecords, HubMixin, L.LightningModule):
                  memory_mb: int = 1024, compat: Literal["strict", "official"] = "strict"):
         super().__init__()
         self.save_hyperparameters()
-        if mode not in ("output", "input"):
-            raise ZooError(f"mode must be 'output' or 'input', got {mode!r}")
-        self.ks = sorted(set(ks if ks is not None else [1, 5]))
-        if n_samples < 1 or any(k < 1 or k > n_samples for k in self.ks):
-            raise ZooError(f"need 1 <= k <= n_samples for every k in ks={self.ks} (n_samples={n_samples})")
-        if compat not in ("strict", "official"):
-            raise ZooError(f"compat must be 'strict' or 'official', got {compat!r}")
+        self.check_scoring(mode, ks, n_samples, compat)
         if temperature < 0 or not 0 < top_p <= 1:
             raise ZooError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
         if tokenizer is None:
@@ -69,18 +137,8 @@ class CRUXEvalModule(EvalRecords, HubMixin, L.LightningModule):
         self.lm = build_causal_lm(model, torch_dtype)
         self.tokenizer = load_tokenizer(tokenizer)
         self.stop = list(stop) if stop is not None else list(STOP_WORDS)
-        self._sandbox: Sandbox | None = None
-        self.records: list[dict[str, Any]] = []
 
     # -- pieces usable without a Trainer ------------------------------------------------------------
-    @property
-    def sandbox(self) -> Sandbox:
-        if self._sandbox is None:
-            hp = self.hparams
-            self._sandbox = Sandbox(workers=hp.sandbox_workers, cpu_seconds=hp.cpu_seconds,
-                                    wall_timeout=hp.wall_timeout, memory_mb=hp.memory_mb)
-        return self._sandbox
-
     def prompt(self, row: dict[str, Any]) -> str:
         hp = self.hparams
         return make_prompt(row["code"], row["input"] if hp.mode == "output" else row["output"], hp.mode, hp.cot)
@@ -99,8 +157,8 @@ class CRUXEvalModule(EvalRecords, HubMixin, L.LightningModule):
                 out[i] = t if sample else t * hp.n_samples
         return out
 
-    def evaluate(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Generate, parse and execute: one record per row (id, completions, answers, verdicts, pass@k)."""
+    def candidates(self, rows: list[dict[str, Any]]) -> tuple[list, list, list]:
+        """Generate and parse: each row's answers and the reasons for the ones that could not be parsed."""
         hp = self.hparams
         completions = self.complete(rows)
         answers, reasons = [], []  # in row order, as score_answers takes them
@@ -108,41 +166,7 @@ class CRUXEvalModule(EvalRecords, HubMixin, L.LightningModule):
             a, r = extract_answers(comps or [], hp.mode, hp.cot)
             answers.append(a if comps is not None else None)
             reasons.append(r)
-        results = score_answers(rows, answers, hp.mode, self.sandbox, self.ks, reasons, hp.compat)
-        return [{**res.to_dict(), "completions": comps} for res, comps in zip(results, completions)]
-
-    # -- Lightning (hooks: zoo.records.EvalRecords) -------------------------------------------------
-    def score_records(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return self.evaluate(batch)
-
-    def log_records(self, records: list[dict[str, Any]], stage: str) -> None:
-        for k in self.ks:
-            vals = [r["pass_at"].get(f"pass@{k}", 0.0) for r in records]
-            self.log(f"{stage}/pass@{k}", 100.0 * sum(vals) / len(vals), on_step=False, on_epoch=True,
-                     batch_size=len(vals), sync_dist=True)
-
-    def save_records(self, stage: str) -> None:
-        if self.trainer is None or not self.records:
-            return
-        run = Path(self.trainer.default_root_dir)
-        run.mkdir(parents=True, exist_ok=True)
-        mode = self.hparams.mode
-        suffix = f"_{stage}" + (f"_rank{self.global_rank}" if self.trainer.world_size > 1 else "")
-        (run / f"generations_{mode}{suffix}.json").write_text(
-            json.dumps({r["id"]: r["answers"] for r in self.records}, indent=1))
-        (run / f"completions_{mode}{suffix}.json").write_text(
-            json.dumps({r["id"]: r["completions"] for r in self.records}, indent=1))
-        with (run / f"verdicts_{mode}{suffix}.jsonl").open("w") as fh:
-            for r in self.records:
-                fh.write(json.dumps({k: v for k, v in r.items() if k != "completions"}) + "\n")
-
-    def teardown(self, stage: str) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
-
-    def configure_optimizers(self):
-        return None
+        return answers, reasons, completions
 
     # A pretrained base model is rebuilt from its name; only a random-init (config dict) model publishes weights.
     hub_strict = False
