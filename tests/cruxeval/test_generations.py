@@ -16,8 +16,9 @@ from zoo.errors import ZooError
 WRONG = "'__not_any_output__'"  # a string literal no CRUXEval function returns
 
 
-def _test(module, data) -> dict[str, float]:
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False)
+def _test(module, data, run_dir) -> dict[str, float]:
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                        default_root_dir=run_dir)
     (metrics,) = trainer.test(module, datamodule=data, verbose=False)
     return metrics
 
@@ -31,7 +32,8 @@ def test_pass_at_k_is_the_closed_form_of_the_right_candidates(tmp_path, shared_d
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     module = CRUXEvalGenerationsModule(str(file), mode="output", ks=[1, 2, 4], sandbox_workers=1)
-    metrics = _test(module, CRUXEvalDataModule(source="local", path=str(data), batch_size=16))
+    metrics = _test(module, CRUXEvalDataModule(source="local", path=str(data), batch_size=16), tmp_path)
+    assert (tmp_path / "verdicts_output_test.jsonl").is_file()  # the run's records, where zoo test writes them
     for k in (1, 2, 4):
         closed = 100 * sum(1 - comb(n - c, k) / comb(n, k) for c in right) / len(rows)
         assert metrics[f"test/pass@{k}"] == pytest.approx(closed, abs=1e-4)
@@ -48,7 +50,7 @@ def test_raw_completions_and_missing_rows(tmp_path):
     file = tmp_path / "raw.json"
     file.write_text(json.dumps(raw))
     module = CRUXEvalGenerationsModule(str(file), mode="output", raw=True, cot=True, ks=[1], sandbox_workers=1)
-    metrics = _test(module, data)
+    metrics = _test(module, data, tmp_path)
     assert metrics["test/failed_rows"] == 2
     assert metrics["test/pass@1"] == pytest.approx(100 * 0.5 * (len(sample) - 2) / len(sample))
 
