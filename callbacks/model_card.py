@@ -32,6 +32,11 @@ def run_card_metadata(trainer: pl.Trainer) -> dict:
                 meta["tags"] = list(dict.fromkeys([*meta.get("tags", []), *v]))
             else:
                 meta[k] = v
+    base = meta.get("base_model")
+    if isinstance(base, str) and Path(base).exists():
+        # a local directory (e.g. an exported fine-tune) is not a Hub model: the card's base_model names Hub models
+        # only, and "What this run used" names the directory
+        meta["base_model"], meta["base_model_path"] = None, str(Path(base).resolve())
     return meta
 
 

@@ -29,6 +29,7 @@ def _template(paper_id: str | None) -> ModelCard:
 
 SPLITS = {"test": "test", "val": "validation", "train": "train"}
 RUN_KEYS = ("base_model", "datasets")  # what a run's card says about the run only: never the paper's defaults
+PROSE_KEYS = ("data_source", "base_model_path")  # said in "What this run used", not in the card's metadata
 
 
 def eval_results(summary: dict[str, Any], data: ModelCardData) -> list[EvalResult]:
@@ -57,9 +58,11 @@ def eval_results(summary: dict[str, Any], data: ModelCardData) -> list[EvalResul
 
 
 def _provenance(meta: dict[str, Any]) -> list[str]:
-    base = meta.get("base_model")
+    base, local = meta.get("base_model"), meta.get("base_model_path")
+    used = (f"`{base}` (pretrained weights)" if base else f"the local directory `{local}` (pretrained weights, not a "
+            "Hub model)" if local else "none: randomly initialised, built from a config")
     lines = ["## What this run used", "",
-             f"- Base model: {f'`{base}` (pretrained weights)' if base else 'none: randomly initialised, built from a config'}",
+             f"- Base model: {used}",
              f"- Data: {meta.get('data_source') or 'not recorded by the datamodule'}"]
     if meta.get("datasets"):
         lines.append(f"- Hub datasets: {', '.join(f'`{d}`' for d in meta['datasets'])}")
@@ -125,7 +128,7 @@ def render_card(run_dir: str | Path) -> str:
     for k in RUN_KEYS:  # the paper's base model and datasets are not this run's unless the run says so
         setattr(data, k, extra.get(k) or None)
     for k, v in extra.items():
-        if k in RUN_KEYS or k == "data_source":
+        if k in RUN_KEYS or k in PROSE_KEYS:
             continue
         old = getattr(data, k, None)
         if isinstance(old, list) and isinstance(v, list):
