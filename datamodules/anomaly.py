@@ -239,6 +239,10 @@ class AnomalyDataModule(L.LightningDataModule):
             raise ZooError(f"dataset root {root} does not exist (download {hp.source} and point data.root at it)")
         if hp.source == "visa":
             return visa_samples(root, classes, split, hp.visa_split_csv)
+        if not hp.classes and not any((root / c).is_dir() for c in classes):
+            found = sorted(d.name for d in root.iterdir() if (d / "train" / "good").is_dir())
+            raise ZooError(f"{root} holds none of the {hp.source} classes ({', '.join(classes[:3])}, ...)"
+                           + (f"; for your own data set data.classes to its class folders: {found}" if found else ""))
         return mvtec_samples(root, classes, split)
 
     def setup(self, stage: Optional[str] = None) -> None:

@@ -55,6 +55,13 @@ def test_mvtec_layout(tmp_path):
     assert "data_source" in dm.card_metadata() and "datasets" not in dm.card_metadata()
 
 
+def test_own_classes_in_the_mvtec_layout_need_their_names(tmp_path):
+    root = _mvtec(tmp_path / "own", classes=("widget",))
+    with pytest.raises(ZooError, match=r"holds none of the mvtec classes.*set data.classes .*\['widget'\]"):
+        _dm(source="mvtec", root=str(root))
+    assert len(_dm(source="mvtec", root=str(root), classes=["widget"], image_size=16)._sets["train"]) == 2
+
+
 def test_mvtec_matches_anomalib_reader(tmp_path):
     pytest.importorskip("anomalib", reason="anomalib is in the vpdm extra (anomalib==2.2.0, the last release "
                                            "without jsonargparse<4.47): pip install -e '.[vpdm]'")
