@@ -29,7 +29,7 @@ def _template(paper_id: str | None) -> ModelCard:
 
 SPLITS = {"test": "test", "val": "validation", "train": "train"}
 RUN_KEYS = ("base_model", "datasets")  # what a run's card says about the run only: never the paper's defaults
-PROSE_KEYS = ("data_source", "base_model_path")  # said in "What this run used", not in the card's metadata
+PROSE_KEYS = ("data_source", "base_model_path", "model_source")  # said in "What this run used", not in the metadata
 
 
 def eval_results(summary: dict[str, Any], data: ModelCardData) -> list[EvalResult]:
@@ -61,8 +61,10 @@ def _provenance(meta: dict[str, Any]) -> list[str]:
     base, local = meta.get("base_model"), meta.get("base_model_path")
     used = (f"`{base}` (pretrained weights)" if base else f"the local directory `{local}` (pretrained weights, not a "
             "Hub model)" if local else "none: randomly initialised, built from a config")
+    # a run that evaluates no model of its own (e.g. scoring released generations) says what it evaluated instead
+    model = f"- Model: {meta['model_source']}" if meta.get("model_source") else f"- Base model: {used}"
     lines = ["## What this run used", "",
-             f"- Base model: {used}",
+             model,
              f"- Data: {meta.get('data_source') or 'not recorded by the datamodule'}"]
     if meta.get("datasets"):
         lines.append(f"- Hub datasets: {', '.join(f'`{d}`' for d in meta['datasets'])}")

@@ -31,7 +31,11 @@ def test_pass_at_k_is_the_closed_form_of_the_right_candidates(tmp_path, shared_d
     file.write_text(json.dumps({r["id"]: [r["output"]] * c + [WRONG] * (n - c) for r, c in zip(rows, right)}))
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    module = CRUXEvalGenerationsModule(str(file), mode="output", ks=[1, 2, 4], sandbox_workers=1)
+    module = CRUXEvalGenerationsModule(str(file), mode="output", ks=[1, 2, 4], sandbox_workers=1,
+                                       generated_by="codellama/CodeLlama-7b-hf")
+    # the card says what was evaluated: no model of its own (not "randomly initialised"), whose generations, which file
+    assert module.card_metadata()["model_source"] == (f"no model was run: generations by codellama/CodeLlama-7b-hf "
+                                                      f"from {file} (answers), scored")
     metrics = _test(module, CRUXEvalDataModule(source="local", path=str(data), batch_size=16), tmp_path)
     assert (tmp_path / "verdicts_output_test.jsonl").is_file()  # the run's records, where zoo test writes them
     for k in (1, 2, 4):

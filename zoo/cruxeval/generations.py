@@ -78,4 +78,9 @@ class CRUXEvalGenerationsModule(CRUXEvalScorer):
         return {}  # no weights: the card records the file scored and the results
 
     def card_metadata(self) -> dict[str, Any]:
-        return {"tags": ["cruxeval", "code-reasoning", "generations"]}
+        hp = self.hparams
+        by = f"by {hp.generated_by}" if hp.generated_by else "by an unnamed model"
+        source = "the project's generations for the embedded sample" if hp.generations == EMBEDDED else \
+            f"generations {by} from {hp.generations}"
+        return {"tags": ["cruxeval", "code-reasoning", "generations"],
+                "model_source": f"no model was run: {source} ({'raw completions' if hp.raw else 'answers'}), scored"}
