@@ -52,5 +52,9 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
     assert (card.data.datasets or []) == list(meta.get("datasets") or [])
     assert meta.get("data_source"), "the datamodule's card_metadata() names the data this run used"
     assert "## What this run used" in card_text and meta["data_source"] in card_text
+    # a run with no model of its own (an algorithm, stored data, released generations) says so, not "randomly
+    # initialised"; front matter never carries these prose lines
+    assert (f"- Model: {meta['model_source']}" if meta.get("model_source") else "- Base model: ") in card_text
+    assert "model_source" not in card_text.split("---")[1]
     for r in card.data.eval_results:  # readable metric names, the split apart
         assert "/" not in r.metric_type and r.dataset_split in ("test", "validation", "train")

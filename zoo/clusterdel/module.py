@@ -142,4 +142,5 @@ class ClusterDeletionEval(HubMixin, L.LightningModule):
 
     def card_metadata(self) -> dict[str, Any]:
         return {"tags": ["clusterdel", "cluster-deletion", "graph-clustering", "approximation-algorithms"],
-                "base_model": None}
+                "base_model": None, "model_source": "no learned model: the cluster-deletion algorithms "
+                f"{', '.join(self.algorithms)} run on each graph"}

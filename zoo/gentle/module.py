@@ -490,7 +490,8 @@ class PooledMarginalModule(_StoringBaseline):
         return self.pooled_y[pick]
 
     def card_metadata(self) -> dict:
-        return {"tags": ["gentle", "baseline", "pooled-marginal"], "base_model": None}
+        return {"tags": ["gentle", "baseline", "pooled-marginal"], "base_model": None,
+                "model_source": "no network: the training y's, stored and resampled for every covariate"}
 
 
 class NearestNeighboursModule(_StoringBaseline):
@@ -543,4 +544,6 @@ class NearestNeighboursModule(_StoringBaseline):
         return out
 
     def card_metadata(self) -> dict:
-        return {"tags": ["gentle", "baseline", "nearest-neighbours"], "base_model": None}
+        return {"tags": ["gentle", "baseline", "nearest-neighbours"], "base_model": None,
+                "model_source": f"no network: the stored training y's of the {self.hparams.k} nearest training "
+                                "covariates, resampled"}

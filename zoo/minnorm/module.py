@@ -103,4 +103,5 @@ class MinNormExperiment(HubMixin, L.LightningModule):
 
     def card_metadata(self) -> dict:
         return {"tags": ["minnorm", "minimum-norm-interpolation", "basis-pursuit", "overparameterized-regression"],
-                "base_model": None}
+                "base_model": None, "model_source": "no learned model: the minimum-ℓ_p-norm interpolators, p in "
+                f"{self.ps}, solved for each design"}
