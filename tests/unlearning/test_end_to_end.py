@@ -73,7 +73,8 @@ def test_sga_keeps_utility_near_when_the_model_knows_more_than_its_forget_set(tm
     init, final = unlearn(dm, module, tmp_path, 200)
     print(init, final, sep="\n")
     # every under-unlearned (high) outlier is gone; at most one sequence ends just below the low threshold (measured:
-    # none in earlier CI runs, one with torch 2.14.1 / transformers 5.25.0: float drift of one seed's run)
+    # none in earlier CI runs; one, at MA 0.78 against 0.783, on the 2026-12-06 machine with torch 2.14.1 and
+    # transformers 5.25.0: float drift of one seeded run, which a low-outlier count of 0 was too tight to absorb)
     assert init["outliers_high"] >= 8 and final["outliers_high"] == 0 and final["outliers_low"] <= 1
     assert final["forget_ma"] <= final["ma_threshold"] and final["forget_el10"] <= final["el_threshold"]
     assert final["attack_auc"] < init["attack_auc"]
