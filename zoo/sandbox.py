@@ -257,17 +257,23 @@ def _seccomp_program():
     return _sock_fprog(prog)
 
 
+def _become_sample_user(w: _WorkerState) -> None:
+    """Switch this (forked) process to the samples' uid and gid, if the sandbox runs them as another user: groups
+    first (while still allowed), then gid, then uid (after which neither could change)."""
+    if w.sample_ids is not None:
+        if w.setgroups:
+            os.setgroups([])
+        os.setgid(w.sample_ids[1])
+        os.setuid(w.sample_ids[0])
+
+
 def _nproc_binds(w: "_WorkerState") -> bool:
     """Whether RLIMIT_NPROC = 0 stops a sample's fork. It does not when the sample's uid is the host's root
     (e.g. the sandbox started by root inside a user namespace that maps it to another uid)."""
     pid = os.fork()
     if pid == 0:
         try:
-            if w.sample_ids is not None:
-                if w.setgroups:
-                    os.setgroups([])
-                os.setgid(w.sample_ids[1])
-                os.setuid(w.sample_ids[0])
+            _become_sample_user(w)
             resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
             try:
                 child = os.fork()
@@ -543,11 +549,7 @@ def _child(code: str, result: str | None, lim: dict, w: _WorkerState, libc, out_
         resource.setrlimit(resource.RLIMIT_NOFILE, (lim["max_open_files"],) * 2)
         if w.ipc_per_sample:
             _check(libc.unshare(CLONE_NEWIPC), "unshare(ipc)")
-        if w.sample_ids is not None:
-            if w.setgroups:
-                os.setgroups([])
-            os.setgid(w.sample_ids[1])
-            os.setuid(w.sample_ids[0])
+        _become_sample_user(w)
         # after the uid switch: set before it, the kernel would flag the switch and fail a later exec
         # whenever any other process of that uid exists (e.g. another sandbox's sample)
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
