@@ -8,33 +8,16 @@ card and a place in a `zoo sweep`, so the paper's numbers are reproduced as runs
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from zoo.cruxeval.module import CRUXEvalScorer
-from zoo.cruxeval.scoring import extract_answers
-from zoo.data import reading
-from zoo.errors import ZooError
+from zoo.cruxeval.scoring import generation_answers, read_generations
 
 # The project's generations for the embedded sample (datamodules/cruxeval_sample.jsonl): each problem's right answer
 # and a wrong one, so pass@1 = 50 and pass@2 = 100. `generations: embedded` reads the file of the module's mode.
 EMBEDDED = "embedded"
 SAMPLE_GENERATIONS = Path(__file__).with_name("sample_generations_{mode}.json")
-
-
-def read_generations(path: str | Path) -> dict[str, list]:
-    """A generations file: a JSON object mapping row id -> list of candidates (the official format)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ZooError(f"generations file {p} not found (the official ones are samples/model_generations/<run>/"
-                       "generations.json of github.com/facebookresearch/cruxeval)")
-    with reading(p, "generations JSON"):
-        generations = json.loads(p.read_bytes())
-    if not isinstance(generations, dict):
-        raise ZooError(f"generations file {p} holds a JSON {type(generations).__name__}, not an object row id -> "
-                       "list of candidates")
-    return generations
 
 
 class CRUXEvalGenerationsModule(CRUXEvalScorer):
@@ -63,16 +46,14 @@ class CRUXEvalGenerationsModule(CRUXEvalScorer):
                                             if generations == EMBEDDED else generations)
         sizes = [len(c) for c in self.generations.values() if isinstance(c, list)]
         # pass@k needs k candidates in every row: a smaller row would count as 0, not as unknown
-        self.check_scoring(mode, ks, min(sizes, default=0), compat)
+        self.setup_scoring(mode, ks, min(sizes, default=0), compat)
+        self.answers, self.reasons = generation_answers(self.generations, mode, raw, cot)  # once, as scored
 
-    def candidates(self, rows: list[dict[str, Any]]) -> tuple[list, list | None, list]:
-        """Each row's candidates from the file (a row the file lacks has none: a failed row, as officially)."""
-        hp = self.hparams
-        found = [self.generations.get(str(r.get("id"))) for r in rows]
-        if not hp.raw:
-            return found, None, [None] * len(rows)
-        parsed = [extract_answers(c, hp.mode, hp.cot) if isinstance(c, list) else (None, []) for c in found]
-        return [a for a, _ in parsed], [r for _, r in parsed], found
+    def candidates(self, rows: list[dict[str, Any]]) -> tuple[Any, Any, list]:
+        """The file's answers by row id, which score_answers looks up (a row the file lacks has none: a failed row,
+        as officially), and the raw completions where the file holds them."""
+        completions = [self.generations.get(str(r.get("id"))) if self.hparams.raw else None for r in rows]
+        return self.answers, self.reasons, completions
 
     def hub_state_dict(self):
         return {}  # no weights: the card records the file scored and the results

@@ -28,7 +28,7 @@ class CRUXEvalScorer(EvalRecords, HubMixin, L.LightningModule):
     stage's generations, completions and verdicts written to the run dir. A subclass says where the candidates come
     from (`candidates(rows)`: answers, the reasons for missing ones, the raw completions)."""
 
-    def check_scoring(self, mode: str, ks: list[int] | None, n_samples: int, compat: str) -> None:
+    def setup_scoring(self, mode: str, ks: list[int] | None, n_samples: int, compat: str) -> None:
         if mode not in ("output", "input"):
             raise ZooError(f"mode must be 'output' or 'input', got {mode!r}")
         self.ks = sorted(set(ks if ks is not None else [1, 5]))
@@ -127,7 +127,7 @@ class CRUXEvalModule(CRUXEvalScorer):
                  memory_mb: int = 1024, compat: Literal["strict", "official"] = "strict"):
         super().__init__()
         self.save_hyperparameters()
-        self.check_scoring(mode, ks, n_samples, compat)
+        self.setup_scoring(mode, ks, n_samples, compat)
         if temperature < 0 or not 0 < top_p <= 1:
             raise ZooError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
         if tokenizer is None:

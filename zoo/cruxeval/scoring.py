@@ -505,6 +505,38 @@ def hub_rows(name: str = "cruxeval-org/cruxeval", split: str = "test") -> list[d
                        "once, or pass a local jsonl (data/cruxeval.jsonl of github.com/facebookresearch/cruxeval)") from e
 
 
+def read_generations(generations: str | Path | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A generations file (or its dict): a JSON object mapping row id -> list of candidates, the official format
+    (``{"sample_0": ["f('abc')", ...], ...}``)."""
+    if isinstance(generations, (str, Path)):
+        p = Path(generations)
+        if not p.is_file():
+            raise ZooError(f"generations file {p} not found (the official ones are samples/model_generations/<run>/"
+                           "generations.json of github.com/facebookresearch/cruxeval)")
+        try:  # zoo.data.reading's wording, without importing torch for a scoring run
+            generations = json.loads(p.read_bytes())
+        except (OSError, ValueError) as e:
+            raise ZooError(f"{p} is not a readable generations JSON ({type(e).__name__}: {e})") from e
+        if not isinstance(generations, Mapping):
+            raise ZooError(f"generations file {p} holds a JSON {type(generations).__name__}, not an object row id -> "
+                           "list of candidates")
+    if not isinstance(generations, Mapping):
+        raise ZooError("generations must map row id -> list of candidates (e.g. {'sample_0': [...]})")
+    return generations
+
+
+def generation_answers(generations: Mapping[str, Any], mode: Mode, raw: bool = False,
+                       cot: bool = False) -> tuple[Mapping[str, Any], dict[str, list[str]] | None]:
+    """Answers by row id, and with ``raw`` (raw completions) the reasons for those that could not be extracted."""
+    if not raw:
+        return generations, None
+    answers, reasons = {}, {}
+    for rid, cands in generations.items():
+        # an entry that is not a list stays what it is: score_answers fails its row ("no list of generations")
+        answers[rid], reasons[rid] = extract_answers(cands, mode, cot) if isinstance(cands, list) else (cands, [])
+    return answers, reasons
+
+
 def score_generations(generations: str | Path | dict[str, list[str]], mode: Mode,
                       data: str | Path | None = None, raw: bool = False, cot: bool = False,
                       ks: list[int] = [1, 5], out: str | Path | None = None, workers: int = 2,
@@ -531,22 +563,8 @@ def score_generations(generations: str | Path | dict[str, list[str]], mode: Mode
         ``{"pass@1": ..., "pass@5": ..., "num_problems": ..., "num_failed_rows": ..., "num_candidates": ...,
         "num_sandbox_errors": ..., "num_in_process_verdicts": ...}``, pass@k in percent.
     """
-    if isinstance(generations, (str, Path)):
-        p = Path(generations)
-        if not p.exists():
-            raise ZooError(f"generations file {p} not found")
-        try:
-            generations = json.loads(p.read_text())
-        except ValueError as e:
-            raise ZooError(f"generations file {p} is not valid JSON: {e}") from e
-    if not isinstance(generations, Mapping):
-        raise ZooError("generations must map row id -> list of candidates (e.g. {'sample_0': [...]})")
+    answers, reasons = generation_answers(read_generations(generations), mode, raw, cot)
     rows = load_rows(data) if data is not None else hub_rows()
-    answers, reasons = generations, None
-    if raw:
-        answers, reasons = {}, {}
-        for rid, cands in generations.items():
-            answers[rid], reasons[rid] = extract_answers(cands if isinstance(cands, list) else [], mode, cot)
     with Sandbox(workers=workers, cpu_seconds=cpu_seconds, wall_timeout=wall_timeout, memory_mb=memory_mb) as sb:
         results = score_answers(rows, answers, mode, sb, ks, reasons, compat)
     metrics = summarize(results, ks)
