@@ -109,6 +109,7 @@ class ZooCLI(LightningCLI):
     def __init__(self, args: list[str] | None = None, **kwargs: Any):
         no_exit = {"exit_on_error": False}
         self.fresh_run_dir: Optional[Path] = None  # the run dir this command created (not a resumed or given one)
+        self._quiet: warnings.catch_warnings | None = None
         try:
             super().__init__(
                 model_class=None,
@@ -125,18 +126,27 @@ class ZooCLI(LightningCLI):
             if self._interrupted(e):  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
                 raise KeyboardInterrupt(self._resume_hint()) from e
             raise
+        finally:
+            self._end_quiet()
 
     # What Lightning says when an evaluation restores a fit's checkpoint: that the fit's checkpoint callbacks are
     # missing, and that its default checkpoint callback cannot take their place. Evaluating needs neither.
     EVAL_RESTORE_NOISE = (r"Be aware that when using `ckpt_path`", r"The dirpath has changed from")
 
-    def _run_subcommand(self, subcommand: str) -> None:
-        if subcommand == "fit":
-            return super()._run_subcommand(subcommand)
-        with warnings.catch_warnings():
-            for message in self.EVAL_RESTORE_NOISE:
-                warnings.filterwarnings("ignore", message=message)
-            super()._run_subcommand(subcommand)
+    def _quiet_evaluation(self) -> None:
+        """LightningCLI's public before_<subcommand> hook of test, validate and predict: ignore those warnings until
+        the command ends (`_end_quiet`, also when it fails)."""
+        self._quiet = warnings.catch_warnings()
+        self._quiet.__enter__()
+        for message in self.EVAL_RESTORE_NOISE:
+            warnings.filterwarnings("ignore", message=message)
+
+    def _end_quiet(self) -> None:
+        if self._quiet is not None:
+            quiet, self._quiet = self._quiet, None
+            quiet.__exit__(None, None, None)
+
+    before_test = before_validate = before_predict = _quiet_evaluation
 
     def _abandon(self, error: BaseException) -> None:
         """A command that failed leaves no orphan: a run dir it created that holds no checkpoint is removed
