@@ -32,7 +32,9 @@ class LastCheckpoint(pl.Callback):
         if trainer.global_step == self._saved_step or trainer.sanity_checking:
             return
         path = self.dirpath / LAST
-        trainer.save_checkpoint(path)  # every rank calls it; the strategy writes once
+        # every rank calls it; the strategy writes once. A full checkpoint (optimizer, loops, callbacks) is the
+        # point of last.ckpt, so weights_only is said, not left to Lightning's default and its log line
+        trainer.save_checkpoint(path, weights_only=False)
         self._saved_step = trainer.global_step
         self.last_model_path = str(path)
 

@@ -258,6 +258,12 @@ class GSM8KDataModule(L.LightningDataModule):
         return [{"prompt": t.format(question=r["question"]), **r} for r in rows]
 
     def setup(self, stage: Optional[str] = None) -> None:
+        self._read()
+        if stage == "fit" and not self.val_rows and self.trainer is not None:
+            # num_val 0 (the paper's setting): no validation loop, rather than an empty loader Lightning warns about
+            self.trainer.limit_val_batches = 0
+
+    def _read(self) -> None:
         if self.tokenizer is not None:
             return
         from zoo.lm import load_tokenizer
@@ -291,7 +297,7 @@ class GSM8KDataModule(L.LightningDataModule):
             return {"data_source": f"embedded: seeded generator of GSM8K-format problems{kinds} (not the GSM8K "
                                    "dataset)"}
         if not self.read_rows:
-            self.setup()
+            self._read()
         if not self.is_release:
             n = self.read_rows
             return {"data_source": f"local files in the GSM8K format in {hp.path} ({n['train']} train / {n['test']} "
