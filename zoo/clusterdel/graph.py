@@ -12,7 +12,7 @@ clique enumeration ran out of memory on jazz; see the paper notes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -22,21 +22,22 @@ from zoo.errors import ZooError
 _CHUNK_PATHS = 1 << 22  # 2-paths per chunk of centres (about 4M: a few hundred MB of temporaries)
 
 
-@dataclass(frozen=True, eq=False)
 class Graph:
-    """A simple undirected graph: ``adj`` is the symmetric 0/1 CSR adjacency with sorted indices."""
+    """A simple undirected graph: ``adj`` is the symmetric 0/1 CSR adjacency with sorted indices; ``u < v`` lists
+    its edges. A plain class, not a dataclass: Lightning's batch transfer rebuilds dataclasses field by field (and
+    fails on a frozen one), while an object it does not know, holding no tensors, it passes through as is."""
 
-    adj: sp.csr_array
-    name: str = "graph"
-    u: np.ndarray = field(init=False, repr=False)
-    v: np.ndarray = field(init=False, repr=False)
+    __slots__ = ("adj", "name", "u", "v")
 
-    def __post_init__(self):
-        upper = sp.triu(self.adj, k=1, format="csr")
+    def __init__(self, adj: sp.csr_array, name: str = "graph"):
+        self.adj, self.name = adj, name
+        upper = sp.triu(adj, k=1, format="csr")
         upper.sort_indices()
-        rows = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(upper.indptr))
-        object.__setattr__(self, "u", rows)
-        object.__setattr__(self, "v", upper.indices.astype(np.int64))
+        self.u = np.repeat(np.arange(self.n, dtype=np.int64), np.diff(upper.indptr))
+        self.v = upper.indices.astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"Graph(name={self.name!r}, n={self.n}, m={self.m})"
 
     @property
     def n(self) -> int:

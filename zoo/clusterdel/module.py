@@ -100,9 +100,6 @@ class ClusterDeletionEval(HubMixin, L.LightningModule):
                 self._log_mean(f"{stage}/{a}/ratio_max", [x["ratio"] for x in rows], reduce="max")
                 self._log_mean(f"{stage}/{a}/ratio_opt", [x.get("ratio_opt") for x in rows])
 
-    def transfer_batch_to_device(self, batch: list[Graph], device, dataloader_idx: int) -> list[Graph]:
-        return batch  # scipy graphs stay on the host: there are no tensors to move
-
     def test_step(self, batch: list[Graph], batch_idx: int) -> None:
         self._eval_step(batch, "test")
 
