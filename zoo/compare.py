@@ -169,7 +169,7 @@ def grouped_table(runs: list[dict], group_by: list[str], metrics: Optional[list[
             if fmt == "csv":
                 row += [s and s[k] for k in ("mean", "std", "n", "ci_low", "ci_high")]
             else:
-                row += ["" if s is None else f"{_num(s['mean'])} ± {_num(s['std'])}",
+                row += ["" if s is None else _mean_std(s),
                         "" if s is None or s["n"] < 2 else f"[{_num(s['ci_low'])}, {_num(s['ci_high'])}]"]
         rows.append(row)
     for m in metrics:
@@ -218,13 +218,18 @@ def paired_table(runs: list[dict], group_by: list[str], baseline: str, metrics: 
             elif fmt == "csv":
                 row += [s["mean"], s["std"], below, above, p]
             else:
-                row += [f"{_num(s['mean'])} ± {_num(s['std'])}", f"{below}/{above}", _num(p)]
+                row += [_mean_std(s), f"{below}/{above}", _num(p)]
         rows.append(row)
     return header, rows
 
 
 def _num(v: float) -> str:
     return "nan" if v != v else f"{v:.4g}"
+
+
+def _mean_std(s: dict[str, float]) -> str:
+    """`mean ± std` over a group's values; one value has no spread, so it stands alone (not `± nan`)."""
+    return f"{_num(s['mean'])} ± {_num(s['std'])}" if s["n"] > 1 else _num(s["mean"])
 
 
 def _fmt(v) -> str:

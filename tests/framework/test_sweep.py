@@ -119,6 +119,18 @@ def test_grid_of_two_axes_and_two_seeds_with_two_jobs_then_compare(in_tmp, toy_c
     assert "--curve_window needs --metric" in capsys.readouterr().err
 
 
+def test_a_group_of_one_run_shows_its_value_without_a_spread():
+    from zoo.compare import grouped_table, paired_table, render
+
+    runs = [{"axes": {"variant": v, "seed": s}, "metrics": {"test/x": x}}
+            for v, s, x in (("a", 0, 1.0), ("a", 1, 3.0), ("b", 0, 0.5))]
+    out = render(*grouped_table(runs, ["variant"], None, "markdown"), "markdown")
+    assert "| a | 2 | 2 ± 1.414 | [-10.71, 14.71] |" in out  # t(0.975, 1) = 12.71
+    assert "| b | 1 | 0.5 |  |" in out and "nan" not in out
+    out = render(*paired_table(runs, ["variant"], "a", None, "markdown"), "markdown")
+    assert "| b | 1 | -0.5 | 1/0 | nan |" in out  # one pair: a difference, no spread and no test
+
+
 def test_rerun_skips_finished_points_and_a_changed_sweep_is_refused(in_tmp, toy_config, capsys):
     f = write_sweep(in_tmp / "s.yaml", toy_config, seeds=[0, 1])
     assert main(["sweep", str(f)]) == 0
