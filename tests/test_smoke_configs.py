@@ -38,6 +38,7 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
             warnings.simplefilter("always")
             assert main(["test", *common, "--ckpt_path", str(last)]) == 0
         assert not [w for w in test_warnings for m in ZooCLI.EVAL_RESTORE_NOISE if re.match(m, str(w.message))]
+        assert_publishes_exactly(run)
     else:
         assert main(["test", *common]) == 0
         (run,) = Path("runs", stem).iterdir()
@@ -60,3 +61,21 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
     assert "model_source" not in card_text.split("---")[1]
     for r in card.data.eval_results:  # readable metric names, the split apart
         assert "/" not in r.metric_type and r.dataset_split in ("test", "validation", "train")
+
+
+def assert_publishes_exactly(run: Path) -> None:
+    """What `zoo push` uploads (the run's module through save_pretrained) loads back with from_pretrained to the
+    very weights and buffers the run's last checkpoint holds."""
+    import torch
+
+    from zoo.hub import module_from_run
+
+    module = module_from_run(run)
+    published = module.save_pretrained(run / "published")
+    again = type(module).from_pretrained(published)
+    want, got = module.state_dict(), again.state_dict()
+    assert want and sorted(got) == sorted(want)
+    for k, v in want.items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(got[k], v), k
+
