@@ -1,14 +1,18 @@
-"""`last.ckpt` for exact resume: every epoch, every N optimizer steps if asked, and once more at the end."""
+"""`last.ckpt` for exact resume: every epoch, every N optimizer steps if asked, and once more at the end, with the
+random number generators' states (Lightning's checkpoint does not hold them)."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any, Optional
 
 import lightning.pytorch as pl
+import numpy as np
+import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
-from zoo.data import is_resumable
+from zoo.data import flat_loaders, is_resumable
 from zoo.errors import ZooError
 
 LAST = "last.ckpt"
@@ -18,7 +22,19 @@ class LastCheckpoint(pl.Callback):
     """Writes `<dirpath>/last.ckpt` through `Trainer.save_checkpoint` (weights, optimizer, loop and stateful
     data-loader state) at every epoch end, every `every_n_train_steps` optimizer steps, and when training ends,
     so it always holds the newest weights (a step-based checkpoint alone stops at the last multiple of N).
-    Only after an optimizer step, never in the middle of a gradient-accumulation window."""
+    Only after an optimizer step, never in the middle of a gradient-accumulation window.
+
+    Its own state carries the global RNGs (torch, CUDA, NumPy, Python) as they stood at the save, and a resumed fit
+    sets them back when training starts: after the training loader was built (it draws its shuffling seed at the
+    fit's start, as the uninterrupted run did) and after the sanity check (which Lightning runs on a copy of the
+    RNGs). Without them, a module that draws noise in its steps (dropout, GAN and diffusion noise, GENTLE's
+    u-samples, sampled trajectories) would go on with other draws than the uninterrupted run. Under DDP the saving
+    rank's states are restored on every rank: `seed_everything` seeds all ranks alike, and they draw alike.
+
+    For this to be exact, nothing may draw from the global RNGs when Lightning makes a loader's iterator, which a
+    resumed fit does at other moments than the uninterrupted run: `zoo.data.train_loader` gives its loaders a
+    generator of their own for the workers' base seed (`tests/framework/test_reliability.py` resumes mid-epoch
+    and at epoch boundaries with steps that draw noise)."""
 
     def __init__(self, dirpath: str | Path, every_n_train_steps: Optional[int] = None):
         if every_n_train_steps is not None and every_n_train_steps < 1:
@@ -27,6 +43,7 @@ class LastCheckpoint(pl.Callback):
         self.every_n_train_steps = every_n_train_steps
         self.last_model_path = ""
         self._saved_step = -1
+        self._resumed_rng: dict[str, Any] | None = None
 
     def _save(self, trainer: pl.Trainer) -> None:
         if trainer.global_step == self._saved_step or trainer.sanity_checking:
@@ -39,13 +56,31 @@ class LastCheckpoint(pl.Callback):
         self.last_model_path = str(path)
 
     def on_train_start(self, trainer, pl_module) -> None:
+        if self._resumed_rng is not None:
+            set_rng_states(self._resumed_rng)
+            self._resumed_rng = None
         if not is_resumable(trainer.train_dataloader):
             rank_zero_warn("the training loader is not stateful, so a run resumed mid-epoch restarts that epoch's "
                            "data; build it with zoo.data.train_loader for an exact resume")
 
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        # Lightning tells samplers the epoch from its count of processed epochs, which a fit resumed from an
+        # epoch-end checkpoint under max_steps has one ahead (Lightning 2.6 runs that epoch's end again and counts
+        # it twice): the epoch would be shuffled as the one after it. The trainer's current epoch is right in every
+        # case. The same count ends such a fit one epoch early if it also sets max_epochs (no zoo config does).
+        for loader in flat_loaders(trainer.train_dataloader):
+            for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None),
+                                                                      "sampler", None)):
+                if callable(getattr(sampler, "set_epoch", None)):
+                    sampler.set_epoch(trainer.current_epoch)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         n = self.every_n_train_steps
-        if n and trainer.global_step % n == 0 and trainer.global_step > 0:
+        # Not on an epoch's last batch: there the data loader has run out, and a resume from that state would
+        # start the next epoch with an exhausted loader and skip it. The epoch-end save, moments later, holds the
+        # same step in a state Lightning resumes from exactly.
+        if n and trainer.global_step % n == 0 and trainer.global_step > 0 \
+                and batch_idx + 1 < trainer.num_training_batches:
             self._save(trainer)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
@@ -55,10 +90,33 @@ class LastCheckpoint(pl.Callback):
         self._save(trainer)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"saved_step": self._saved_step}
+        return {"saved_step": self._saved_step, "rng": rng_states()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._saved_step = state_dict.get("saved_step", -1)
+        self._resumed_rng = state_dict.get("rng")  # a checkpoint from before RNG states were kept has none
+
+
+def rng_states() -> dict[str, Any]:
+    """The global RNGs' states as tensors and plain numbers, so a weights-only `torch.load` reads them back."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    version, mt, gauss_next = random.getstate()
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized()
+            else [],
+            "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "cached": float(cached)},
+            "python": {"version": version, "state": list(mt), "gauss_next": gauss_next}}
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    n = states["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    py = states["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss_next"]))
 
 
 def last_checkpoint_path(trainer: pl.Trainer) -> str:

@@ -109,23 +109,36 @@ def train_loader(dataset, batch_size: Optional[int], shuffle: bool = True, seed:
                  sampler=None, batch_sampler=None, **kwargs: Any) -> StatefulDataLoader:
     """A `StatefulDataLoader` over `dataset`; `shuffle` orders each epoch by `EpochSampler` with `seed` (default:
     drawn from torch's global RNG, i.e. fixed by `seed_everything`). A custom `sampler`/`batch_sampler` passes
-    through (it resumes exactly if its order depends only on its epoch, or if it is stateful)."""
+    through (it resumes exactly if its order depends only on its epoch, or if it is stateful).
+
+    The loader draws from a `generator` of its own (seeded from `seed`) unless one is given. A DataLoader draws
+    its workers' base seed each time an epoch's iterator is made, from the global RNG if it has no generator; a
+    resumed fit makes its iterators at other moments than the uninterrupted run (before the RNG states of
+    `callbacks.last_checkpoint` are set back), so such draws would shift every random number after a resume."""
     if batch_size is not None and batch_size < 1:
         raise ZooError(f"batch_size must be at least 1, got {batch_size}")
+    seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else seed
+    kwargs.setdefault("generator", torch.Generator().manual_seed(seed))
     if batch_sampler is not None:
         return StatefulDataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
     if sampler is None and shuffle:
-        sampler = EpochSampler(dataset, int(torch.randint(0, 2**62, (1,)).item()) if seed is None else seed)
+        sampler = EpochSampler(dataset, seed)
     return StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
+
+
+def flat_loaders(loaders: Any) -> list[Any]:
+    """The loaders of a loader, or of a (nested) list/tuple/dict of them, as Lightning accepts them."""
+    if isinstance(loaders, (list, tuple)):
+        return [x for item in loaders for x in flat_loaders(item)]
+    if isinstance(loaders, dict):
+        return [x for item in loaders.values() for x in flat_loaders(item)]
+    return [loaders]
 
 
 def is_resumable(loader: Any) -> bool:
     """Whether Lightning can save and restore this loader's position (a stateful loader, or a list/dict of them)."""
-    if isinstance(loader, (list, tuple)):
-        return all(is_resumable(x) for x in loader)
-    if isinstance(loader, dict):
-        return all(is_resumable(x) for x in loader.values())
-    return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
+    return all(callable(getattr(x, "state_dict", None)) and callable(getattr(x, "load_state_dict", None))
+               for x in flat_loaders(loader))
 
 
 class SplitLoaders:

@@ -25,10 +25,11 @@ def _state(ckpt: Path) -> tuple[dict, dict, int]:
     return payload["state_dict"], payload["optimizer_states"][0], payload["global_step"]
 
 
-# 8 batches of 8 per epoch (shuffled), 2 micro-batches per optimizer step: 4 steps per epoch, 12 in all;
-# last.ckpt every 3 steps and at every epoch end.
+# 8 batches of 8 per epoch (shuffled), 2 micro-batches per optimizer step: 4 steps per epoch, 12 in all; each step
+# draws input noise from the global RNGs (torch, NumPy, Python);
+# last.ckpt every `every` optimizer steps (the case's) and at every epoch end.
 RESUME = ["--trainer.max_epochs", "3", "--trainer.accumulate_grad_batches", "2", "--data.init_args.shuffle", "true",
-          "--model.init_args.optimizer", "adam", "--checkpoint_every_n_steps", "3", "--wandb_mode", "disabled"]
+          "--model.init_args.optimizer", "adam", "--model.init_args.noise", "0.1", "--wandb_mode", "disabled"]
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +41,23 @@ def straight_run(tmp_path_factory):
 
 
 @pytest.mark.timeout(300)  # subprocesses: slow only on a busy machine (about 15 s each when idle)
-@pytest.mark.parametrize("kill_at, saved_at", [
-    ([6, 0], 6),  # right after the step-6 checkpoint, mid-epoch 1
-    ([7, 1], 6),  # mid-accumulation: one micro-batch of step 7 done
-    ([4, 0], 4),  # at an epoch boundary (the epoch-end checkpoint)
-    ([10, 1], 9),  # mid-accumulation in the last epoch, after the step-9 checkpoint
+@pytest.mark.parametrize("kill_at, saved_at, every, extra", [
+    ([6, 0], 6, 3, []),  # right after the step-6 checkpoint, mid-epoch 1
+    ([7, 1], 6, 3, []),  # mid-accumulation: one micro-batch of step 7 done
+    ([4, 0], 4, 3, []),  # at an epoch boundary (the epoch-end checkpoint)
+    ([10, 1], 9, 3, []),  # mid-accumulation in the last epoch, after the step-9 checkpoint
+    ([4, 0], 4, 2, []),  # a step checkpoint due on an epoch's last batch (a resume from there used to skip an epoch)
+    # at an epoch boundary under max_steps, where Lightning tells the sampler the wrong epoch (same 12 steps)
+    ([4, 0], 4, 3, ["--trainer.max_epochs", "-1", "--trainer.max_steps", "12"]),
 ])
-def test_sigkill_then_resume_is_bit_exact_with_shuffled_data(in_tmp, toy_config, straight_run, kill_at, saved_at):
+def test_sigkill_then_resume_is_bit_exact_with_shuffled_data(in_tmp, toy_config, straight_run, kill_at, saved_at,
+                                                             every, extra):
     """A real `zoo fit` process SIGKILLs itself at a chosen point; resuming from its last.ckpt ends with the
-    weights and the optimizer state of the uninterrupted run, bit for bit (the shuffled order continues)."""
+    weights and the optimizer state of the uninterrupted run, bit for bit (the shuffled order and the random
+    draws continue)."""
     run = in_tmp / "killed"
-    common = ["--config", str(toy_config), *RESUME, "--run_dir", str(run)]
+    common = ["--config", str(toy_config), *RESUME, *extra, "--checkpoint_every_n_steps", str(every),
+              "--run_dir", str(run)]
     proc = subprocess.run(["zoo", "fit", *common], capture_output=True, text=True,
                           env={**os.environ, "ZOO_TOY_KILL_AT": ",".join(map(str, kill_at))})
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]

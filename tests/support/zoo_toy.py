@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -20,7 +22,7 @@ class ToyRegressor(HubMixin, pl.LightningModule):
     monitor_mode = "min"
 
     def __init__(self, hidden: int = 16, lr: float = 0.05, nan_at_step: int = -1, sleep: float = 0.0,
-                 init_from: str | None = None, optimizer: str = "sgd"):
+                 init_from: str | None = None, optimizer: str = "sgd", noise: float = 0.0):
         super().__init__()
         if hidden <= 0:
             raise ZooError(f"hidden must be positive, got {hidden}")
@@ -48,6 +50,8 @@ class ToyRegressor(HubMixin, pl.LightningModule):
 
             time.sleep(self.hparams.sleep)
         x, y = batch
+        if self.hparams.noise:  # draws from torch's, NumPy's and Python's global RNGs, as real modules do
+            x = x + self.hparams.noise * (torch.randn_like(x) + float(np.random.randn()) + random.gauss(0.0, 1.0))
         loss = nn.functional.mse_loss(self(x), y)
         if self.global_step == self.hparams.nan_at_step:
             loss = loss * float("nan")
