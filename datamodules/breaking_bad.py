@@ -194,6 +194,14 @@ class FractureDataset(Dataset):
     def __len__(self) -> int:
         return len(self.names)
 
+    # The read counts are the training set's state: the stateful loader saves them in last.ckpt, so a resumed fit
+    # makes the draws the uninterrupted run would have made.
+    def state_dict(self) -> dict:
+        return {"draws": list(self.draws)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.draws = list(state["draws"])
+
     def __getitem__(self, i: int) -> dict:
         if self.split == "train":  # a new draw every read, reproducible from the seed
             rng = np.random.default_rng([self.seed, i, self.draws[i]])

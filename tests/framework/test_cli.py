@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,16 @@ def test_fit_then_test_writes_a_complete_run_dir(in_tmp, toy_config, capsys):
     assert "train/loss" in (run / "logs" / "fit" / "metrics.csv").read_text()
     wandb_runs = list((run / "wandb").glob("offline-run-*/*.wandb"))
     assert wandb_runs, "an offline W&B run inside the run dir"
-    record = wandb_runs[0].read_bytes()  # the run's records: full resolved config (seed included), group, tags
-    for needle in (b"seed_everything", b"model.hidden", b"trainer.max_epochs", b"zoo_toy.ToyRegressor"):
+    # the run's records: full resolved config (seed included), group, tags. W&B's service process writes them; on
+    # a loaded machine the file once held only its header when read right after wandb.finish(), so it is re-read
+    # for a while before the records count as missing
+    needles = (b"seed_everything", b"model.hidden", b"trainer.max_epochs", b"zoo_toy.ToyRegressor")
+    for _ in range(120):
+        record = wandb_runs[0].read_bytes()
+        if all(n in record for n in needles):
+            break
+        time.sleep(0.5)
+    for needle in needles:
         assert needle in record, needle
     assert (run / "README.md").exists()
 

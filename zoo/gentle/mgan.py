@@ -158,9 +158,13 @@ class MGANModule(ConditionalGeneratorModule):
         self.log("train/monotone", (monotone.detach() + covariate_block >= 0).float().mean(), batch_size=n)
         self.log("train/monotone_outcome", (monotone.detach() >= 0).float().mean(), batch_size=n)
 
-    def on_train_epoch_end(self) -> None:
-        for scheduler in self.lr_schedulers():
-            scheduler.step()
+    def on_train_epoch_start(self) -> None:
+        # the official decay after every epoch, made as the next epoch starts: the epoch-end checkpoint is written
+        # before a module's on_train_epoch_end, so a step made there was missing from a resumed fit (every epoch
+        # trains at the same learning rate either way)
+        if self.current_epoch > 0:
+            for scheduler in self.lr_schedulers():
+                scheduler.step()
 
     def card_metadata(self) -> dict:
         return {"tags": ["gentle", "baseline", "mgan", "monotone-gan", "conditional-generation"], "base_model": None}
