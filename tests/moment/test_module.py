@@ -54,6 +54,37 @@ def test_a_pretraining_run_initialises_the_svm_stage(tmp_path, pretrain_ckpt):
     assert again.hparams.pretrained is None  # the published config does not need the pre-training run
 
 
+def test_an_svm_fit_resumed_mid_epoch_fits_on_every_row(tmp_path):
+    """A fit stopped after the first of two batches and resumed from a checkpoint written there fits the SVM on
+    the same embeddings as an uninterrupted fit: the first batch's rows travel in the checkpoint, and the resumed
+    fit embeds in evaluation mode (no dropout) although it has no epoch start."""
+    from .conftest import TINY_T5
+
+    class StopAtSecondBatch(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            trainer.save_checkpoint(tmp_path / "mid.ckpt")
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == 1:
+                raise InterruptedError
+
+    def run(callbacks=(), ckpt_path=None):
+        L.seed_everything(13, verbose=False)
+        module = MOMENTEmbeddingSVMModule(pretrained=None, t5_config=dict(TINY_T5))
+        dm = UCRClassificationDataModule(source="embedded", embedded_n_train=60, batch_size=32)
+        _trainer(tmp_path, max_epochs=1, limit_val_batches=0, callbacks=list(callbacks)).fit(
+            module, dm, ckpt_path=ckpt_path)
+        return module
+
+    straight = run()
+    with pytest.raises(InterruptedError):
+        run([StopAtSecondBatch()])
+    resumed = run(ckpt_path=tmp_path / "mid.ckpt")
+    assert len(straight.svm_features) == 60
+    torch.testing.assert_close(resumed.svm_features, straight.svm_features, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.svm_labels, straight.svm_labels, rtol=0, atol=0)
+
+
 def test_raw_feature_svm_baseline_needs_no_backbone(tmp_path):
     m = MOMENTEmbeddingSVMModule(pretrained=None, features="raw")
     assert m.model is None

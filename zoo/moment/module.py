@@ -458,6 +458,15 @@ class MOMENTEmbeddingSVMModule(_MOMENTModule):
             if key is not None:
                 setattr(self, name, torch.zeros_like(state_dict[key]))
 
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # the embeddings gathered so far this epoch (tensors, so weights-only loading reads them): a fit resumed
+        # mid-epoch fits the SVM on every training row, not only on those after the interruption
+        checkpoint["svm_rows"] = [list(r) for r in self._rows]
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self._rows = [tuple(r) for r in checkpoint.get("svm_rows", [])]
+
     def embed(self, batch: dict) -> torch.Tensor:
         x, im = batch["x"], batch["input_mask"]
         if self.model is None:
@@ -466,11 +475,13 @@ class MOMENTEmbeddingSVMModule(_MOMENTModule):
             return self.model.embed(x, im).double()
 
     def on_train_epoch_start(self) -> None:
-        if self.model is not None:
-            self.model.eval()  # embeddings without dropout, as the tutorial's evaluation-mode model
         self._rows = []
 
     def training_step(self, batch, batch_idx):
+        # embeddings without dropout, as the tutorial's evaluation-mode model; set at every step, since Lightning
+        # puts the module in training mode when a fit starts, and a fit resumed mid-epoch has no epoch start
+        if self.model is not None and self.model.training:
+            self.model.eval()
         self._rows.append((self.embed(batch).cpu(), batch["label"].cpu()))
         # fit on the last batch, not in on_train_epoch_end: the epoch-end checkpoint is written before that hook
         if batch_idx + 1 >= self.trainer.num_training_batches:
