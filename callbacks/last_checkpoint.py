@@ -10,6 +10,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 from zoo.data import flat_loaders, is_resumable
@@ -18,11 +19,21 @@ from zoo.errors import ZooError
 LAST = "last.ckpt"
 
 
-class LastCheckpoint(pl.Callback):
+class LastCheckpoint(Checkpoint):
     """Writes `<dirpath>/last.ckpt` through `Trainer.save_checkpoint` (weights, optimizer, loop and stateful
     data-loader state) at every epoch end, every `every_n_train_steps` optimizer steps, and when training ends,
     so it always holds the newest weights (a step-based checkpoint alone stops at the last multiple of N).
     Only after an optimizer step, never in the middle of a gradient-accumulation window.
+
+    Where in an epoch's end it saves decides what a resume from there gets, because Lightning resumes from an
+    epoch-end checkpoint in one of two ways. A fit bounded by epochs goes on with the next epoch, so the save must
+    come after every `on_train_epoch_end` hook, or what a hook changed (a rate decayed, a statistic) is lost: this
+    class is a Lightning `Checkpoint`, whose hook Lightning calls after the module's and the other callbacks'. A
+    fit bounded by `max_steps` runs the finished epoch's end hooks again, so the save must come before all of them,
+    or their changes are made twice: there the save is made by `before_epoch_end`, a plain callback that must
+    come first in the trainer's callbacks (zoo's trainer puts it there), and this class's own save then finds the
+    step saved. Being a `Checkpoint` also keeps Lightning from adding a `ModelCheckpoint` of its own, which wrote a
+    second full checkpoint each epoch under `logs/fit/checkpoints` for a module without a monitor.
 
     Its own state carries the global RNGs (torch, CUDA, NumPy, Python) as they stood at the save, and a resumed fit
     sets them back when training starts: after the training loader was built (it draws its shuffling seed at the
@@ -44,6 +55,7 @@ class LastCheckpoint(pl.Callback):
         self.last_model_path = ""
         self._saved_step = -1
         self._resumed_rng: dict[str, Any] | None = None
+        self.before_epoch_end = _SaveBeforeEpochEndHooks(self)
 
     def _save(self, trainer: pl.Trainer) -> None:
         if trainer.global_step == self._saved_step or trainer.sanity_checking:
@@ -95,6 +107,18 @@ class LastCheckpoint(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._saved_step = state_dict.get("saved_step", -1)
         self._resumed_rng = state_dict.get("rng")  # a checkpoint from before RNG states were kept has none
+
+
+class _SaveBeforeEpochEndHooks(pl.Callback):
+    """The epoch-end save of a fit bounded by `max_steps` (see `LastCheckpoint`), made before the other
+    callbacks' and the module's `on_train_epoch_end`, which Lightning runs again when such a fit resumes."""
+
+    def __init__(self, last: LastCheckpoint):
+        self.last = last
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.max_steps != -1:
+            self.last._save(trainer)
 
 
 def rng_states() -> dict[str, Any]:

@@ -34,6 +34,10 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
         (run,) = Path("runs", stem).iterdir()
         last = run / "checkpoints" / "last.ckpt"
         assert last.exists()
+        # zoo's two checkpoints and nothing else (Lightning added a full one of its own per epoch for a module
+        # without a monitor)
+        extra = [p for p in run.rglob("*.ckpt") if p != last and not re.fullmatch(r"best-\d+-\d+\.ckpt", p.name)]
+        assert not extra and len(list(run.rglob("best-*.ckpt"))) <= 1, extra
         with warnings.catch_warnings(record=True) as test_warnings:
             warnings.simplefilter("always")
             assert main(["test", *common, "--ckpt_path", str(last)]) == 0

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import BasePredictionWriter, Checkpoint, ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DDPStrategy
@@ -264,8 +264,10 @@ class ZooCLI(LightningCLI):
         if trainer_cfg.get("logger") in (None, True):
             kwargs["logger"] = self._loggers(cfg)
         callbacks = list(trainer_cfg.get("callbacks") or [])
-        if not any(isinstance(c, (ModelCheckpoint, LastCheckpoint)) for c in callbacks) and self.subcommand == "fit":
-            callbacks += self._checkpoints(cfg)
+        if self.subcommand == "fit" and trainer_cfg.get("enable_checkpointing") is not False \
+                and not any(isinstance(c, Checkpoint) for c in callbacks):
+            ours = self._checkpoints(cfg)
+            callbacks = [ours[-1].before_epoch_end, *callbacks, *ours]  # first: see LastCheckpoint
         if trainer_cfg.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar)
                                                                            for c in callbacks):
             callbacks.append(ZooProgressBar())
@@ -295,15 +297,16 @@ class ZooCLI(LightningCLI):
         module's `monitor`. Two callbacks, because a monitored checkpoint skips steps where the
         monitored metric does not exist yet, and `last.ckpt` must not wait for it."""
         dirpath = str(self.run_dir / "checkpoints")
-        out: list = [LastCheckpoint(dirpath, every_n_train_steps=cfg.get("checkpoint_every_n_steps"))]
+        out: list = []
         monitor = getattr(self.model, "monitor", None)
         if monitor:
             # only after validation (which logs the monitor), never at an epoch end without one: no warning about a
-            # missing key in runs that do not validate
+            # missing key in runs that do not validate. First, so it is `trainer.checkpoint_callback`, the one
+            # Lightning asks for the best model
             out.append(ModelCheckpoint(dirpath=dirpath, filename="best-{epoch}-{step}", auto_insert_metric_name=False,
                                        monitor=monitor, mode=getattr(self.model, "monitor_mode", "min"),
                                        save_top_k=1, save_last=False, save_on_train_epoch_end=False))
-        return out
+        return [*out, LastCheckpoint(dirpath, every_n_train_steps=cfg.get("checkpoint_every_n_steps"))]
 
     def _loggers(self, cfg: Any) -> list:
         stage = self.subcommand

@@ -102,6 +102,14 @@ def test_two_runs_of_one_config_never_collide(in_tmp, toy_config):
     assert len(list(Path("runs/toy").iterdir())) == 2
 
 
+def test_checkpointing_turned_off_writes_no_checkpoint(in_tmp, toy_config, capsys):
+    """`enable_checkpointing: false` is honoured: no last.ckpt, no best, no Lightning default (and no error, which
+    Lightning raises for a checkpoint callback in a trainer told to have none)."""
+    run = _fit(toy_config, "--trainer.enable_checkpointing", "false", "--wandb_mode", "disabled")
+    assert not list(run.rglob("*.ckpt"))
+    assert "last checkpoint" not in capsys.readouterr().out
+
+
 def test_seed_is_recorded_when_random(in_tmp, toy_config):
     run = _fit(toy_config, "--seed_everything", "true")
     seed = yaml.safe_load((run / "config.yaml").read_text())["seed_everything"]

@@ -26,10 +26,12 @@ def _state(ckpt: Path) -> tuple[dict, dict, int]:
 
 
 # 8 batches of 8 per epoch (shuffled), 2 micro-batches per optimizer step: 4 steps per epoch, 12 in all; each step
-# draws input noise from the global RNGs (torch, NumPy, Python);
+# draws input noise from the global RNGs (torch, NumPy, Python), and the rate halves as each epoch ends (the
+# module's hook, which runs after callbacks' hooks: an epoch-end last.ckpt written before it lost the decay);
 # last.ckpt every `every` optimizer steps (the case's) and at every epoch end.
 RESUME = ["--trainer.max_epochs", "3", "--trainer.accumulate_grad_batches", "2", "--data.init_args.shuffle", "true",
-          "--model.init_args.optimizer", "adam", "--model.init_args.noise", "0.1", "--wandb_mode", "disabled"]
+          "--model.init_args.optimizer", "adam", "--model.init_args.noise", "0.1",
+          "--model.init_args.epoch_decay", "0.5", "--wandb_mode", "disabled"]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ class ToyRegressor(HubMixin, pl.LightningModule):
     monitor_mode = "min"
 
     def __init__(self, hidden: int = 16, lr: float = 0.05, nan_at_step: int = -1, sleep: float = 0.0,
-                 init_from: str | None = None, optimizer: str = "sgd", noise: float = 0.0):
+                 init_from: str | None = None, optimizer: str = "sgd", noise: float = 0.0,
+                 epoch_decay: float = 1.0):
         super().__init__()
         if hidden <= 0:
             raise ZooError(f"hidden must be positive, got {hidden}")
@@ -57,6 +58,12 @@ class ToyRegressor(HubMixin, pl.LightningModule):
             loss = loss * float("nan")
         self.log("train/loss", loss)
         return loss
+
+    def on_train_epoch_end(self):
+        # a rate decayed as each epoch ends, as a module's own schedule may be: the epoch's last.ckpt must hold it
+        if self.hparams.epoch_decay != 1.0:
+            for group in self.trainer.optimizers[0].param_groups:
+                group["lr"] *= self.hparams.epoch_decay
 
     def validation_step(self, batch, batch_idx):
         x, y = batch

@@ -159,9 +159,8 @@ class MGANModule(ConditionalGeneratorModule):
         self.log("train/monotone_outcome", (monotone.detach() >= 0).float().mean(), batch_size=n)
 
     def on_train_epoch_start(self) -> None:
-        # the official decay after every epoch, made as the next epoch starts: the epoch-end checkpoint is written
-        # before a module's on_train_epoch_end, so a step made there was missing from a resumed fit (every epoch
-        # trains at the same learning rate either way)
+        # the official decay after every epoch, made as the next epoch starts (every epoch trains at the same rate
+        # as with a decay at the epoch's end): a hook that a resumed fit runs once, whatever bounds it
         if self.current_epoch > 0:
             for scheduler in self.lr_schedulers():
                 scheduler.step()

@@ -483,7 +483,7 @@ class MOMENTEmbeddingSVMModule(_MOMENTModule):
         if self.model is not None and self.model.training:
             self.model.eval()
         self._rows.append((self.embed(batch).cpu(), batch["label"].cpu()))
-        # fit on the last batch, not in on_train_epoch_end: the epoch-end checkpoint is written before that hook
+        # fit once the epoch's last batch is embedded, so the epoch-end checkpoint holds the fitted SVM
         if batch_idx + 1 >= self.trainer.num_training_batches:
             self._fit_svm()
 
