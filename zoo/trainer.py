@@ -15,6 +15,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DDPStrategy
 
+from callbacks.determinism import DeterministicOnCPU
 from callbacks.distributed import DistributedSettings
 from callbacks.last_checkpoint import LastCheckpoint, last_checkpoint_path
 from callbacks.model_card import ModelCardWriter
@@ -272,6 +273,8 @@ class ZooCLI(LightningCLI):
                                                                            for c in callbacks):
             callbacks.append(ZooProgressBar())
         callbacks += [DistributedSettings(), NaNGuard(), ModelCardWriter(str(run_dir), self.config_name, self.paper_id)]
+        if trainer_cfg.get("deterministic") is None:  # a config's own choice is Lightning's to apply
+            callbacks.append(DeterministicOnCPU())
         if self.subcommand == "predict" and not any(isinstance(c, BasePredictionWriter) for c in callbacks):
             callbacks.append(PredictionWriter(str(run_dir)))
         kwargs["callbacks"] = callbacks

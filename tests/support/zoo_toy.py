@@ -122,3 +122,23 @@ class ToyData(pl.LightningDataModule):
 
     def predict_dataloader(self):
         return DataLoader(self.ds, batch_size=self.batch_size)
+
+
+class DeterminismProbe(pl.Callback):
+    """Records, as training starts, whether PyTorch's deterministic mode is on and whether a kernel that adds in
+    thread order otherwise (index_put_ with accumulate=True: the backward of indexing with repeated indices) gives
+    one result over repeats, on at least two threads."""
+
+    seen: dict = {}
+
+    def on_train_start(self, trainer, pl_module):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(max(2, threads))
+        try:
+            g = torch.Generator().manual_seed(0)
+            idx, src = torch.randint(0, 500, (20000,), generator=g), torch.randn(20000, 32, generator=g)
+            results = [torch.zeros(500, 32).index_put_((idx,), src, accumulate=True) for _ in range(20)]
+        finally:
+            torch.set_num_threads(threads)
+        DeterminismProbe.seen = {"mode": torch.are_deterministic_algorithms_enabled(),
+                                 "repeats": all(torch.equal(r, results[0]) for r in results)}
