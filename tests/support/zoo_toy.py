@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+from typing import ClassVar
 
 import lightning.pytorch as pl
 import numpy as np
@@ -129,7 +130,7 @@ class DeterminismProbe(pl.Callback):
     thread order otherwise (index_put_ with accumulate=True: the backward of indexing with repeated indices) gives
     one result over repeats, on at least two threads."""
 
-    seen: dict = {}
+    seen: ClassVar[dict] = {}
 
     def on_train_start(self, trainer, pl_module):
         threads = torch.get_num_threads()
