@@ -35,6 +35,12 @@ class DeterministicOnCPU(pl.Callback):
         torch.utils.deterministic.fill_uninitialized_memory = False
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._restore()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._restore()  # Lightning skips `teardown` when a run fails or is interrupted
+
+    def _restore(self) -> None:
         if self._previous is None:
             return
         enabled, warn_only, fill = self._previous

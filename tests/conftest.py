@@ -60,6 +60,16 @@ socket.socket.connect = _guarded(_real_connect)
 socket.socket.connect_ex = _guarded(_real_connect_ex)
 
 
+@pytest.fixture(autouse=True)
+def _deterministic_mode_set_back():
+    """An in-process run turns torch's deterministic mode on for its length (callbacks/determinism.py); one that
+    left it on would change the kernels of every later test in this process."""
+    yield
+    if torch.are_deterministic_algorithms_enabled():
+        torch.use_deterministic_algorithms(False)
+        pytest.fail("the test left torch's deterministic mode on")
+
+
 @pytest.fixture
 def shared_data() -> Path:
     """../shared/data (real GSM8K, CRUXEval, ReGAL, cluster-deletion files); skips when absent."""
