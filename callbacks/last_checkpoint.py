@@ -55,11 +55,16 @@ class LastCheckpoint(Checkpoint):
         self.last_model_path = ""
         self._saved_step = -1
         self._resumed_rng: dict[str, Any] | None = None
+        self._before_epoch_end = False  # the newest save was made before an epoch's end hooks (see below)
+        self._max_epochs: int | None = None
+        self._resumed_max_epochs: int | None = None  # the saving fit's max_epochs, if it saved there
         self.before_epoch_end = _SaveBeforeEpochEndHooks(self)
 
-    def _save(self, trainer: pl.Trainer) -> None:
+    def _save(self, trainer: pl.Trainer, before_epoch_end: bool = False) -> None:
         if trainer.global_step == self._saved_step or trainer.sanity_checking:
             return
+        self._before_epoch_end = before_epoch_end  # read by state_dict, which save_checkpoint calls
+        self._max_epochs = trainer.max_epochs
         path = self.dirpath / LAST
         # every rank calls it; the strategy writes once. A full checkpoint (optimizer, loops, callbacks) is the
         # point of last.ckpt, so weights_only is said, not left to Lightning's default and its log line
@@ -71,6 +76,13 @@ class LastCheckpoint(Checkpoint):
         if self._resumed_rng is not None:
             set_rng_states(self._resumed_rng)
             self._resumed_rng = None
+        saved = self._resumed_max_epochs
+        if saved not in (None, -1) and trainer.max_steps != -1 and trainer.max_epochs == saved:
+            # Lightning 2.6 counts the epoch a max_steps fit resumes at the end of twice, and stops by that count
+            rank_zero_warn(f"this fit resumes at an epoch's end and is bounded by max_steps={trainer.max_steps} and "
+                           f"max_epochs={saved}: Lightning counts that epoch twice, so it ends one epoch early; for "
+                           f"the uninterrupted run's length resume with --trainer.max_epochs {saved + 1}")
+        self._resumed_max_epochs = None
         if not is_resumable(trainer.train_dataloader):
             rank_zero_warn("the training loader is not stateful, so a run resumed mid-epoch restarts that epoch's "
                            "data; build it with zoo.data.train_loader for an exact resume")
@@ -79,7 +91,7 @@ class LastCheckpoint(Checkpoint):
         # Lightning tells samplers the epoch from its count of processed epochs, which a fit resumed from an
         # epoch-end checkpoint under max_steps has one ahead (Lightning 2.6 runs that epoch's end again and counts
         # it twice): the epoch would be shuffled as the one after it. The trainer's current epoch is right in every
-        # case. The same count ends such a fit one epoch early if it also sets max_epochs (no zoo config does).
+        # case. The same count ends such a fit one epoch early if it also sets max_epochs: on_train_start warns.
         for loader in flat_loaders(trainer.train_dataloader):
             for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None),
                                                                       "sampler", None)):
@@ -102,11 +114,13 @@ class LastCheckpoint(Checkpoint):
         self._save(trainer)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"saved_step": self._saved_step, "rng": rng_states()}
+        return {"saved_step": self._saved_step, "rng": rng_states(),
+                "max_epochs_before_epoch_end": self._max_epochs if self._before_epoch_end else None}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._saved_step = state_dict.get("saved_step", -1)
         self._resumed_rng = state_dict.get("rng")  # a checkpoint from before RNG states were kept has none
+        self._resumed_max_epochs = state_dict.get("max_epochs_before_epoch_end")
 
 
 class _SaveBeforeEpochEndHooks(pl.Callback):
@@ -118,7 +132,7 @@ class _SaveBeforeEpochEndHooks(pl.Callback):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if trainer.max_steps != -1:
-            self.last._save(trainer)
+            self.last._save(trainer, before_epoch_end=True)
 
 
 def rng_states() -> dict[str, Any]:

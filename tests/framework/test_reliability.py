@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,30 @@ def test_sigkill_then_resume_is_bit_exact_with_shuffled_data(in_tmp, toy_config,
     for pid, st in ref_optim["state"].items():
         for k, v in st.items():
             assert torch.equal(optim["state"][pid][k], v), (pid, k)
+
+
+@pytest.mark.timeout(300)
+def test_a_fit_bounded_by_steps_and_epochs_resumed_at_an_epoch_end_says_how_to_keep_its_length(in_tmp, toy_config,
+                                                                                                straight_run):
+    """Lightning counts the epoch such a fit resumes at twice and stops it by that count one epoch early: the
+    resume says so and names the max_epochs that keeps the uninterrupted run's length, which then ends exact."""
+    run = in_tmp / "killed"
+    common = ["--config", str(toy_config), *RESUME, "--trainer.max_steps", "12", "--checkpoint_every_n_steps", "3"]
+    proc = subprocess.run(["zoo", "fit", *common, "--run_dir", str(run)], capture_output=True, text=True, check=False,
+                          env={**os.environ, "ZOO_TOY_KILL_AT": "4,0"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    killed = in_tmp / "killed.ckpt"
+    killed.write_bytes((run / "checkpoints" / "last.ckpt").read_bytes())
+    with pytest.warns(UserWarning, match="counts that epoch twice.*--trainer.max_epochs 4"):
+        assert main(["fit", *common, "--run_dir", str(in_tmp / "same"), "--ckpt_path", str(killed)]) == 0
+    assert _state(in_tmp / "same" / "checkpoints" / "last.ckpt")[2] == 8  # one epoch short of 12
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["fit", *common, "--trainer.max_epochs", "4", "--run_dir", str(in_tmp / "more"),
+                     "--ckpt_path", str(killed)]) == 0
+    assert not [w for w in seen if "counts that epoch twice" in str(w.message)]
+    weights, _, step = _state(in_tmp / "more" / "checkpoints" / "last.ckpt")
+    assert step == 12 and all(torch.equal(weights[k], v) for k, v in straight_run[0].items())
 
 
 @pytest.mark.timeout(900)  # hang guard: two subprocess trainings, slow only on a busy machine
