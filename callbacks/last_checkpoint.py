@@ -55,20 +55,22 @@ class LastCheckpoint(Checkpoint):
         self.last_model_path = ""
         self._saved_step = -1
         self._resumed_rng: dict[str, Any] | None = None
-        self._before_epoch_end = False  # the newest save was made before an epoch's end hooks (see below)
-        self._max_epochs: int | None = None
+        self._max_epochs_before_epoch_end: int | None = None  # set while a save before an epoch's end hooks runs
         self._resumed_max_epochs: int | None = None  # the saving fit's max_epochs, if it saved there
         self.before_epoch_end = _SaveBeforeEpochEndHooks(self)
 
     def _save(self, trainer: pl.Trainer, before_epoch_end: bool = False) -> None:
         if trainer.global_step == self._saved_step or trainer.sanity_checking:
             return
-        self._before_epoch_end = before_epoch_end  # read by state_dict, which save_checkpoint calls
-        self._max_epochs = trainer.max_epochs
         path = self.dirpath / LAST
+        # read by state_dict, which save_checkpoint calls (as does any other checkpoint's save, which it is not for)
+        self._max_epochs_before_epoch_end = trainer.max_epochs if before_epoch_end else None
         # every rank calls it; the strategy writes once. A full checkpoint (optimizer, loops, callbacks) is the
         # point of last.ckpt, so weights_only is said, not left to Lightning's default and its log line
-        trainer.save_checkpoint(path, weights_only=False)
+        try:
+            trainer.save_checkpoint(path, weights_only=False)
+        finally:
+            self._max_epochs_before_epoch_end = None
         self._saved_step = trainer.global_step
         self.last_model_path = str(path)
 
@@ -115,7 +117,7 @@ class LastCheckpoint(Checkpoint):
 
     def state_dict(self) -> dict[str, Any]:
         return {"saved_step": self._saved_step, "rng": rng_states(),
-                "max_epochs_before_epoch_end": self._max_epochs if self._before_epoch_end else None}
+                "max_epochs_before_epoch_end": self._max_epochs_before_epoch_end}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._saved_step = state_dict.get("saved_step", -1)
