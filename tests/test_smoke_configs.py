@@ -25,9 +25,7 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
     # W&B is exercised by the framework tests; here it would only add start-up time per config.
     common = ["--config", cfg, "--wandb_mode", "disabled"]
     if "fit" in paper.smoke_verbs:
-        with warnings.catch_warnings(record=True) as fit_warnings:
-            warnings.simplefilter("always")
-            assert main(["fit", *common]) == 0
+        fit_warnings = _run_warned(["fit", *common])
         # the README's exact resume: every training loader can say where it stood (a fork's ranks are not seen here)
         assert not [w for w in fit_warnings if "not stateful" in str(w.message)]
         # a config without a validation set turns the loop off instead of handing Lightning an empty loader
@@ -41,17 +39,12 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
         # without a monitor)
         extra = [p for p in run.rglob("*.ckpt") if p != last and not re.fullmatch(r"best-\d+-\d+\.ckpt", p.name)]
         assert not extra and len(list(run.rglob("best-*.ckpt"))) <= 1, extra
-        with warnings.catch_warnings(record=True) as test_warnings:
-            warnings.simplefilter("always")
-            assert main(["test", *common, "--ckpt_path", str(last)]) == 0
+        test_warnings = _run_warned(["test", *common, "--ckpt_path", str(last)])
         assert not [w for w in test_warnings for m in ZooCLI.EVAL_RESTORE_NOISE if re.match(m, str(w.message))]
         assert not [w for w in test_warnings if NOT_DETERMINISTIC in str(w.message)]
         assert_publishes_exactly(run)
     else:
-        with warnings.catch_warnings(record=True) as test_warnings:
-            warnings.simplefilter("always")
-            assert main(["test", *common]) == 0
-        assert not [w for w in test_warnings if NOT_DETERMINISTIC in str(w.message)]
+        assert not [w for w in _run_warned(["test", *common]) if NOT_DETERMINISTIC in str(w.message)]
         (run,) = Path("runs", stem).iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["paper"] == paper.id
@@ -72,6 +65,14 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
     assert "model_source" not in card_text.split("---")[1]
     for r in card.data.eval_results:  # readable metric names, the split apart
         assert "/" not in r.metric_type and r.dataset_split in ("test", "validation", "train")
+
+
+def _run_warned(argv: list[str]) -> list[warnings.WarningMessage]:
+    """Run a `zoo` command, which must succeed, and return every warning it raised."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(argv) == 0
+    return seen
 
 
 def assert_publishes_exactly(run: Path) -> None:

@@ -35,6 +35,13 @@ RESUME = ["--trainer.max_epochs", "3", "--trainer.accumulate_grad_batches", "2",
           "--model.init_args.epoch_decay", "0.5", "--wandb_mode", "disabled"]
 
 
+def _fit_killed_at(args: list[str], kill_at: list[int]) -> None:
+    """A real `zoo fit` process that SIGKILLs itself at optimizer step kill_at[0], micro-batch kill_at[1]."""
+    proc = subprocess.run(["zoo", "fit", *args], capture_output=True, text=True, check=False,
+                          env={**os.environ, "ZOO_TOY_KILL_AT": ",".join(map(str, kill_at))})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("straight")
@@ -61,9 +68,7 @@ def test_sigkill_then_resume_is_bit_exact_with_shuffled_data(in_tmp, toy_config,
     run = in_tmp / "killed"
     common = ["--config", str(toy_config), *RESUME, *extra, "--checkpoint_every_n_steps", str(every),
               "--run_dir", str(run)]
-    proc = subprocess.run(["zoo", "fit", *common], capture_output=True, text=True,
-                          env={**os.environ, "ZOO_TOY_KILL_AT": ",".join(map(str, kill_at))})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    _fit_killed_at(common, kill_at)
     last = run / "checkpoints" / "last.ckpt"
     assert _state(last)[2] == saved_at
     assert main(["fit", *common, "--ckpt_path", str(last)]) == 0
@@ -84,9 +89,7 @@ def test_a_fit_bounded_by_steps_and_epochs_resumed_at_an_epoch_end_says_how_to_k
     resume says so and names the max_epochs that keeps the uninterrupted run's length, which then ends exact."""
     run = in_tmp / "killed"
     common = ["--config", str(toy_config), *RESUME, "--trainer.max_steps", "12", "--checkpoint_every_n_steps", "3"]
-    proc = subprocess.run(["zoo", "fit", *common, "--run_dir", str(run)], capture_output=True, text=True, check=False,
-                          env={**os.environ, "ZOO_TOY_KILL_AT": "4,0"})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    _fit_killed_at([*common, "--run_dir", str(run)], [4, 0])
     killed = in_tmp / "killed.ckpt"
     killed.write_bytes((run / "checkpoints" / "last.ckpt").read_bytes())
     with pytest.warns(UserWarning, match="counts that epoch twice.*--trainer.max_epochs 4"):
