@@ -75,6 +75,33 @@ def test_wrong_explicit_encoding_names_the_option(released, tmp_path):
         load_cvdb(released, "klingon")
 
 
+def test_non_ascii_bytes_are_counted_and_an_ascii_table_takes_any_encoding(released, tmp_path):
+    ascii_only = tmp_path / "cvdb_ascii.csv"
+    table = cvdb_table(40)
+    table["name"] = [f"Person_{k}" for k in range(40)]
+    table["dplo1"] = "Malaga"
+    table.to_csv(ascii_only, index=False)
+    assert detect_cvdb_encoding(ascii_only) == ("utf-8", "ASCII only: UTF-8 and Latin-1 read it alike", 0)
+    assert len(load_cvdb(ascii_only, "ISO-8859-1")) == 40  # was refused: ASCII bytes were counted as non-ASCII
+    utf8 = tmp_path / "cvdb_utf8.csv"
+    text = released.read_text(encoding="ISO-8859-1")
+    utf8.write_text(text, encoding="utf-8")
+    assert detect_cvdb_encoding(utf8)[2] == 2 * sum(ord(c) > 127 for c in text)  # each accented letter: 2 bytes
+
+
+@pytest.mark.parametrize("column,value", [("birth", "1850-03-02"), ("wiki_readers_2015_2018", "about 3000")])
+def test_a_value_that_is_not_a_number_is_named(tmp_path, column, value):
+    """One text value turned the whole column into text: a year failed deep in convert_year, and the page views
+    were sorted alphabetically, so the run trained on the wrong people without a word."""
+    path = tmp_path / "cvdb.csv"
+    table = cvdb_table(40)
+    table[column] = table[column].astype(object)
+    table.loc[7, column] = value
+    table.to_csv(path, index=False, encoding="ISO-8859-1")
+    with pytest.raises(ZooError, match=f"CVDB column {column} must hold numbers.*1 row.*{value!r}"):
+        cvdb_entities(load_cvdb(path), 20)
+
+
 @pytest.mark.parametrize("num_ents", [731, 730, 101])
 def test_embedded_odd_entity_counts_are_met(num_ents):
     dm = IMLDataModule(source="embedded", num_ents=num_ents, seed=600)

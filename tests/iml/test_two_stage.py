@@ -15,7 +15,7 @@ from zoo.iml import IMLModule
 from zoo.iml.module import load_init_state
 
 
-def _fit(root, stage, model_cfg, init_from=None, tags_from=None, steps=3):
+def _fit(root, stage, model_cfg, init_from=None, tags_from=None, steps=3, seed=7):
     seen = {}
 
     class Probe(L.Callback):  # the weights the first step starts from, and the documents it sees
@@ -24,7 +24,7 @@ def _fit(root, stage, model_cfg, init_from=None, tags_from=None, steps=3):
                 seen["w"] = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
                 seen["text"] = list(batch["text"])
 
-    dm = IMLDataModule(source="embedded", stage=stage, num_ents=60, seed=7, batch_size=8, eval_batch_size=32,
+    dm = IMLDataModule(source="embedded", stage=stage, num_ents=60, seed=seed, batch_size=8, eval_batch_size=32,
                        max_eval_per_subset=2)
     module = IMLModule(model=model_cfg, tokenizer="byt5", block_size=64, optimizer="adamw", lr=1e-3,
                        init_from=init_from)
@@ -58,6 +58,14 @@ def test_stage2_starts_from_stage1(tmp_path, tiny_model_config):
         torch.testing.assert_close(back.state_dict()[k], v)
     torch.testing.assert_close(load_init_state(str(tmp_path / "hub"))["model.lm_head.weight"],
                                m2.state_dict()["model.lm_head.weight"])
+
+
+def test_stage2_on_another_split_than_stage1_is_refused(tmp_path, tiny_model_config):
+    t1, _, _ = _fit(tmp_path / "stage1", "stage1", tiny_model_config, steps=1)
+    ckpt = tmp_path / "stage1.ckpt"
+    t1.save_checkpoint(ckpt)
+    with pytest.raises(ZooError, match=r"stage 2 must use stage 1's data split.* seed=7 and this run sets seed=8"):
+        _fit(tmp_path / "stage2", "stage2", tiny_model_config, init_from=str(ckpt), steps=1, seed=8)
 
 
 def test_bad_init_from(tmp_path, tiny_model_config):

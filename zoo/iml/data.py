@@ -104,7 +104,7 @@ def detect_cvdb_encoding(path: str | Path) -> tuple[str, str, int]:
             except UnicodeDecodeError as e:
                 why = f"not UTF-8 (byte 0x{chunk[e.start]:02x} at offset {offset + e.start}): Latin-1, the release's"
                 return CVDB_ENCODING, why, non_ascii + 1
-            non_ascii += len(chunk) - len(chunk.translate(None, bytes(range(128))))
+            non_ascii += len(chunk.translate(None, bytes(range(128))))  # what is left once ASCII is deleted
             offset += len(chunk)
     try:
         decoder.decode(b"", final=True)
@@ -208,13 +208,27 @@ def cvdb_entities(df: pd.DataFrame, num_ents: int, equalize_gender: bool = True)
     missing = [c for c in CVDB_COLUMNS if c not in df.columns]
     if missing:
         raise ZooError(f"CVDB table lacks column(s) {', '.join(missing)}")
+    rows = len(df)
     df = df[list(CVDB_COLUMNS)].dropna().drop_duplicates(subset=["name"]).copy()
+    complete = len(df)
+    readers = "wiki_readers_2015_2018"
+    for col in ("birth", "death", readers):
+        # one text value makes pandas read a whole column as text: the years would then fail in convert_year and
+        # the popularity order would be alphabetical, so a value that is not a number is named, not dropped
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col][values.isna()]
+        if len(bad):
+            raise ZooError(f"CVDB column {col} must hold numbers ({'years' if col != readers else 'page views'}); "
+                           f"{len(bad)} row(s) do not, e.g. {bad.iloc[0]!r} for {df['name'].loc[bad.index[0]]!r}")
+        df[col] = values
     df = df[~df["name"].astype(str).str.contains(r"[^\w\s_]")]
     df["level3_main_occ"] = df["level3_main_occ"].astype(str).str.replace("_", " ")
     df = df[~df["level3_main_occ"].str.contains(r"[^\w\s_]")]
     df = df[~df["string_citizenship_raw_d"].astype(str).str.contains(r"[^\w\s'_]")]
-    readers = "wiki_readers_2015_2018"
     usable = len(df)
+    dropped = (f"of {rows} rows, {rows - complete} dropped for an empty field or a repeated name and "
+               f"{complete - usable} for a character other than letters, digits, _ and spaces in name or occupation "
+               f"(or also ' in citizenship), as the paper's cleaning does")
     if equalize_gender:
         # num_ents // 2 most-read of each gender; an odd count's last place goes to the most-read of the rest
         # (the official split has even counts; num_ents // 2 twice came up one short).
@@ -231,7 +245,8 @@ def cvdb_entities(df: pd.DataFrame, num_ents: int, equalize_gender: bool = True)
     else:
         df = df.sort_values(readers, ascending=False, kind="stable")[:num_ents]
     if len(df) < num_ents:
-        raise ZooError(f"the CVDB table yields only {usable} usable entities, fewer than num_ents={num_ents}")
+        raise ZooError(f"the CVDB table yields only {usable} usable entities, fewer than num_ents={num_ents} "
+                       f"({dropped})")
     out = []
     for r in df.itertuples(index=False):
         out.append(Entity(str(r.name).replace("_", " "), {

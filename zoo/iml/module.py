@@ -8,6 +8,7 @@ uses this module's `model` and `tokenizer`.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, Optional, Union
 
 import lightning.pytorch as L
@@ -15,11 +16,35 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.errors import ZooError
-from zoo.hub import HubMixin, check_state_fits, load_weights, resolve_weights
+from zoo.hub import (HubMixin, check_state_fits, load_checkpoint, load_state_dict_file, load_weights,
+                     resolve_weights)
 from zoo.lm import build_causal_lm, linear_warmup_decay, load_tokenizer, right_pad
 
 TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 256, "max_position_embeddings": 128, "rotary_pct": 0.25}
+
+
+# The data settings that fix which entity is in which subset under which alias. Stage 2 is the paper's experiment
+# only on the split stage 1 trained on: with another seed, file or count its "consistent" definitions name other
+# entities, and the run would finish with meaningless scores.
+SPLIT_HPARAMS = ("source", "path", "num_ents", "seed", "var_length", "test_frac", "equalize_gender", "encoding")
+
+
+def check_stage1_split(stage1: dict[str, Any], stage2: dict[str, Any], ckpt: str) -> None:
+    """Refuse a stage-2 datamodule whose split settings differ from those stage 1's checkpoint recorded."""
+    keys = [k for k in stage1 if (k in SPLIT_HPARAMS or k.startswith("frac_")) and k in stage2]
+    differ = [k for k in keys if stage1[k] != stage2[k] and not (k == "path" and _same_file(stage1[k], stage2[k]))]
+    if differ:
+        raise ZooError(f"stage 2 must use stage 1's data split, but init_from {ckpt} was trained with "
+                       + ", ".join(f"{k}={stage1[k]!r}" for k in differ) + " and this run sets "
+                       + ", ".join(f"{k}={stage2[k]!r}" for k in differ) + ": pass --data.init_args.<name> to match")
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    try:
+        return a is not None and b is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def load_init_state(init_from: str) -> dict[str, torch.Tensor]:
@@ -119,7 +144,14 @@ class IMLModule(HubMixin, L.LightningModule):
         if stage == "fit" and self.hparams.init_from:
             # resolved once: a glob could match a newer run later
             path = resolve_weights(self.hparams.init_from, "init_from", "run stage 1 first")
-            state = load_weights(path)
+            if path.suffix == ".safetensors":  # a published model: its data settings are in its card, not here
+                state = load_state_dict_file(path)
+            else:
+                ckpt = load_checkpoint(path)
+                state = ckpt["state_dict"]
+                datamodule = getattr(self.trainer, "datamodule", None)
+                if ckpt.get("datamodule_hyper_parameters") and getattr(datamodule, "hparams", None) is not None:
+                    check_stage1_split(ckpt["datamodule_hyper_parameters"], dict(datamodule.hparams), str(path))
             self.prepare_state_dict_load(state)
             check_state_fits(self.state_dict(), state, f"init_from {self.hparams.init_from!r}")
             self.load_state_dict(state)
