@@ -31,6 +31,11 @@ from zoo.dpodiff.embedded import EMBEDDED_PROMPTS
 from zoo.errors import ZooError, flat
 
 DIFFUSIONDB = "poloclub/diffusiondb"
+# What the released metadata tables look like, so that a card names DiffusionDB only for them (a user's own prompts in
+# its format are named by their path): metadata.parquet (2M) and metadata-large.parquet (Large) have one row per image
+# and at least the first release's seven columns.
+DIFFUSIONDB_ROWS = frozenset({2_000_000, 14_000_000})
+DIFFUSIONDB_COLUMNS = frozenset({"image_name", "prompt", "part_id", "seed", "step", "cfg", "sampler"})
 
 
 def read_diffusiondb(path: str | Path) -> list[str]:
@@ -40,7 +45,18 @@ def read_diffusiondb(path: str | Path) -> list[str]:
         df = pd.read_parquet(path, columns=["prompt"])
     except (KeyError, ValueError) as e:
         raise ZooError(f"{path} is not DiffusionDB metadata (a parquet file with a 'prompt' column): {e}") from e
-    return [p for p in df["prompt"].astype(str) if p.strip()]
+    return [p for p in df["prompt"].dropna().astype(str) if p.strip()]  # dropna: a null is no prompt, not 'None'
+
+
+def is_diffusiondb_release(path: str | Path) -> bool:
+    """A released DiffusionDB metadata table: its row count and columns, read from the parquet footer only."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except (OSError, ValueError):
+        return False
+    return meta.num_rows in DIFFUSIONDB_ROWS and DIFFUSIONDB_COLUMNS <= set(meta.schema.names)
 
 
 def read_coco_captions(path: str | Path) -> list[str]:
@@ -162,10 +178,10 @@ class PromptsDataModule(L.LightningDataModule):
     def card_metadata(self) -> dict[str, Any]:
         hp = self.hparams
         meta: dict[str, Any] = {"data_source": {
-            "diffusiondb": f"DiffusionDB prompts ({DIFFUSIONDB} metadata.parquet)",
-            "coco": f"COCO captions ({Path(hp.path).name if hp.path else ''})",
-            "text": f"prompts from {Path(hp.path).name if hp.path else ''}",
+            "diffusiondb": f"DiffusionDB prompts ({hp.path or f'{DIFFUSIONDB} metadata.parquet from the Hub'})",
+            "coco": f"COCO captions ({hp.path})",
+            "text": f"prompts from {hp.path}",
             "embedded": "embedded: the project's own prompt list (zoo.dpodiff.embedded)"}[hp.source]}
-        if hp.source == "diffusiondb":
+        if hp.source == "diffusiondb" and (hp.path is None or is_diffusiondb_release(hp.path)):
             meta["datasets"] = [DIFFUSIONDB]
         return meta

@@ -35,7 +35,25 @@ def test_reads_diffusiondb_metadata_parquet_and_dedupes(tmp_path):
     _diffusiondb(p)
     dm = PromptsDataModule(source="diffusiondb", path=str(p), batch_size=2)
     assert [r["prompt"] for r in _rows(dm)] == ["a red fox", "a cold lake at night"]
-    assert dm.card_metadata()["datasets"] == ["poloclub/diffusiondb"]
+    # three rows in DiffusionDB's format are a user's own prompts: named by their path, never claimed as the release
+    assert "datasets" not in dm.card_metadata() and str(p) in dm.card_metadata()["data_source"]
+
+
+def test_diffusiondb_is_claimed_only_for_the_released_tables(tmp_path, monkeypatch):
+    from datamodules import prompts
+
+    p = tmp_path / "metadata.parquet"
+    _diffusiondb(p)
+    monkeypatch.setattr(prompts, "DIFFUSIONDB_ROWS", frozenset({3}))  # the release's 2M rows, scaled down
+    assert PromptsDataModule(source="diffusiondb", path=str(p)).card_metadata()["datasets"] == ["poloclub/diffusiondb"]
+    pd.DataFrame({"prompt": ["a", "b", "c"]}).to_parquet(tmp_path / "prompts.parquet")  # its rows, not its columns
+    assert "datasets" not in PromptsDataModule(source="diffusiondb", path=str(tmp_path / "prompts.parquet")).card_metadata()
+
+
+def test_null_diffusiondb_prompts_are_dropped_not_read_as_none(tmp_path):
+    pd.DataFrame({"prompt": ["a red fox", None]}).to_parquet(tmp_path / "m.parquet")
+    assert [r["prompt"] for r in _rows(PromptsDataModule(source="diffusiondb", path=str(tmp_path / "m.parquet")))] == [
+        "a red fox"]
 
 
 def test_reads_coco_captions_and_text(tmp_path):
@@ -89,3 +107,26 @@ def test_module_refuses_bad_settings():
         DPODiffModule(stack=tiny, candidates="json")
     with pytest.raises(ZooError, match="unknown tiny stack keys"):
         DPODiffModule(stack={"width": 3}, num_inference_steps=30)
+
+
+def test_a_prompt_without_candidates_is_skipped_and_counted_not_the_end_of_the_run(in_tmp):
+    """One prompt of a dataset whose words have no candidates (no antonyms) used to stop the whole evaluation."""
+    from pathlib import Path
+
+    from zoo.cli import main
+    from zoo.dpodiff.embedded import EMBEDDED_CANDIDATES
+
+    prompt, bare = EMBEDDED_PROMPTS[0], "a robot reading a book in a library"
+    (in_tmp / "prompts.txt").write_text(f"{bare}\n{prompt}\n")
+    (in_tmp / "candidates.json").write_text(json.dumps(
+        {"antonym": {prompt: EMBEDDED_CANDIDATES["antonym"][prompt], bare: {}}}))
+    config = Path(__file__).resolve().parents[2] / "configs" / "smoke" / "dpodiff_improve_diffusiondb.yaml"
+    assert main(["test", "--config", str(config), "--wandb_mode", "disabled", "--data.init_args.source", "text",
+                 "--data.init_args.path", "prompts.txt", "--data.init_args.max_prompts", "2",
+                 "--data.init_args.batch_size", "2", "--model.init_args.candidates", "json",
+                 "--model.init_args.candidates_path", "candidates.json"]) == 0
+    run = next((in_tmp / "runs" / "dpodiff_improve_diffusiondb").iterdir())
+    metrics = json.loads((run / "summary.json").read_text())["test"]
+    assert metrics["test/skipped_prompts"] == 1.0 and "test/loss_best" in metrics
+    records = [json.loads(line) for line in (run / "dpodiff_test.jsonl").read_text().splitlines()]
+    assert [("skipped" in r, r["prompt"]) for r in records] == [(True, bare), (False, prompt)]

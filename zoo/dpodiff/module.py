@@ -18,17 +18,22 @@ from typing import Any, Literal, Optional, Union
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from zoo.dpodiff.constraint import SentenceSimilarity
 from zoo.dpodiff.optimize import DPOSettings, optimize_prompt
-from zoo.dpodiff.spaces import (NPLIB_WORDS, build_space, llm_candidates, load_candidate_cache, nplib_candidates,
-                                wordnet_candidates)
+from zoo.dpodiff.spaces import (NPLIB_WORDS, NoCandidates, build_space, llm_candidates, load_candidate_cache,
+                                nplib_candidates, wordnet_candidates)
 from zoo.dpodiff.stack import build_stack
 from zoo.dpodiff.wordnet import open_wordnet
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.records import EvalRecords
+
+
+def searched(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of prompts that were searched (not skipped for want of candidates)."""
+    return [r for r in records if "skipped" not in r]
 
 
 class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
@@ -178,8 +183,13 @@ class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
         out = []
         with torch.inference_mode(False), torch.enable_grad():
             for row in batch:
-                space = build_space(row["prompt"], hp.space, self.sd.tokenizer, cands[row["prompt"]], hp.task,
-                                    hp.k_candidates)
+                try:
+                    space = build_space(row["prompt"], hp.space, self.sd.tokenizer, cands[row["prompt"]], hp.task,
+                                        hp.k_candidates)
+                except NoCandidates as e:  # one such prompt of a dataset's thousands must not end the run
+                    rank_zero_warn(f"dpodiff: skipped: {e}")
+                    out.append({"id": row["id"], "prompt": row["prompt"], "skipped": str(e)})
+                    continue
                 res = optimize_prompt(self.sd, space, self.settings, seed, self.similarity)
                 res["id"] = row["id"]
                 self._save_images(res)
@@ -187,6 +197,11 @@ class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
         return out
 
     def log_records(self, records: list[dict[str, Any]], stage: str) -> None:
+        self.log(f"{stage}/skipped_prompts", float(sum("skipped" in r for r in records)), on_step=False,
+                 on_epoch=True, reduce_fx="sum", sync_dist=True)
+        records = searched(records)
+        if not records:
+            return
         n = len(records)
         mean = lambda k: sum(float(r[k]) for r in records) / n
         self.log_dict({f"{stage}/loss_original": mean("loss_original"), f"{stage}/loss_best": mean("loss_best"),
@@ -221,13 +236,14 @@ class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
         with (run / f"dpodiff_{stage}{rank}.jsonl").open("w") as fh:
             for r in self.records:
                 fh.write(json.dumps(r) + "\n")
-        (run / f"scores{rank}.json").write_text(json.dumps({r["prompt"]: r["loss_original"] for r in self.records},
-                                                           indent=1))
+        done = searched(self.records)
+        (run / f"scores{rank}.json").write_text(json.dumps({r["prompt"]: r["loss_original"] for r in done}, indent=1))
         if self._cache:
             (run / f"candidates{rank}.json").write_text(json.dumps(self._cache, indent=1))
-        n = len(self.records)
-        rank_zero_info(f"dpodiff: {n} prompts, mean loss {sum(r['loss_original'] for r in self.records) / n:.4f}"
-                       f" -> {sum(r['loss_best'] for r in self.records) / n:.4f} ({self.hparams.task})")
+        n, skipped = len(done), len(self.records) - len(done)
+        mean = (f", mean loss {sum(r['loss_original'] for r in done) / n:.4f} -> "
+                f"{sum(r['loss_best'] for r in done) / n:.4f}") if n else ""
+        rank_zero_info(f"dpodiff: {n} prompts searched{mean} ({self.hparams.task}); {skipped} skipped (no candidates)")
 
     def configure_optimizers(self):
         return None

@@ -80,6 +80,10 @@ def split_words(prompt: str) -> list[str]:
     return WORD_RE.findall(prompt)
 
 
+class NoCandidates(ZooError):
+    """A prompt whose space offers nothing to choose: an evaluation skips it (and counts it), not stops."""
+
+
 @dataclass
 class Slot:
     """One position of the prompt: the original word, its candidates and their (single) CLIP token ids.
@@ -266,6 +270,6 @@ def build_space(prompt: str, kind: Kind, tokenizer, candidates: dict[str, list[s
         log.info("dpodiff: dropped multi-token candidates for %r: %s", word, bad)
     space = SearchSpace(prompt, kind, "pos" if kind == "synonym" else "neg", slots, dropped)
     if not space.free or all(n < 2 for n in space.sizes):
-        raise ZooError(f"prompt {prompt!r} has no candidates in the {kind} space (no word with a single-token "
+        raise NoCandidates(f"prompt {prompt!r} has no candidates in the {kind} space (no word with a single-token "
                        f"{'synonym' if kind == 'synonym' else 'candidate'}); nothing to optimise")
     return space
