@@ -39,7 +39,11 @@ def eval_results(summary: dict[str, Any], data: ModelCardData) -> list[EvalResul
     task = data.pipeline_tag or "other"
     meta = summary.get("card_metadata") or {}
     hub = list(meta.get("datasets") or [])
-    dataset_type = hub[0] if hub else "zoo-embedded"
+    source = str(meta.get("data_source") or "")
+    # the model-index's dataset type is a Hub id; without one it says only where the data came from: a user's own
+    # files are "local", never "zoo-embedded" (each datamodule's data_source starts "embedded" for its own data)
+    dataset_type = (hub[0] if hub else "zoo-embedded" if source.startswith(("embedded", "generated"))
+                    else "local" if source else "unknown")
     dataset_name = hub[0] if hub else (meta.get("data_source") or summary.get("config_name") or "unknown")
     for stage, prefix in (("test", "test/"), ("validate", "val/"), ("fit", "val/"), ("fit", "train/")):
         metrics = summary.get(stage) or {}

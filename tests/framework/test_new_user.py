@@ -135,6 +135,8 @@ def test_model_index_metric_types_are_readable_with_the_split_apart():
     assert [(r.metric_type, r.dataset_split, r.metric_value) for r in results] == [
         ("degmfp.ratio", "test", 1.7), ("exact_match", "test", 0.5)]
     assert results[0].dataset_name == "embedded: seeded graphs" and results[0].dataset_type == "zoo-embedded"
+    own = {**summary, "card_metadata": {"data_source": "local files in the GSM8K format in /data/mine"}}
+    assert eval_results(own, ModelCardData())[0].dataset_type == "local"  # was "zoo-embedded" for a user's files
     fit_only = eval_results({"fit": {"train/loss": 0.25}}, ModelCardData())
     assert [(r.metric_type, r.dataset_split) for r in fit_only] == [("loss", "train")]
 
