@@ -30,6 +30,7 @@ L*(a) = (1−ρ)·E[softplus(−m)] + ρ·E[softplus(m)], m ~ N(2δ², 4δ²) (G
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -194,6 +195,13 @@ def read_toxic(csv_path: str, sensitive: list[str]) -> tuple[pd.DataFrame, np.nd
         a = (df[sensitive].to_numpy(dtype=np.float64) > TOXIC_IDENTITY_THRESHOLD).astype(np.int64)
     except (TypeError, ValueError) as e:
         raise ZooError(f"{csv_path}: toxicity and {sensitive} must be numbers ({flat(e)})") from e
+    # fractions of raters: a missing toxicity or a value outside [0, 1] would be thresholded into a wrong label silently
+    values = df[["toxicity", *sensitive]].to_numpy(dtype=np.float64)
+    bad = ~((values >= 0) & (values <= 1))
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ZooError(f"{csv_path}: {['toxicity', *sensitive][col]} is {values[row, col]} in row {row} (after "
+                       f"dropping rows without identities); toxicity and identities are fractions of raters in [0, 1]")
     return df, y, a
 
 
@@ -224,6 +232,11 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("celeba", "toxic", "synthetic"):
             raise ZooError(f"source must be celeba, toxic or synthetic, got {source!r}")
+        # a config's `source: synthetic` would otherwise silently train on the planted benchmark, not the files named
+        if source == "synthetic" and (csv_path or root):
+            raise ZooError(f"{'csv_path' if csv_path else 'root'} is read only with source="
+                           f"{'toxic' if csv_path else 'celeba'}, but source='synthetic': pass --data.init_args.source "
+                           f"{'toxic' if csv_path else 'celeba'}")
         self.names: list[str] = []
 
     def setup(self, stage: str) -> None:
@@ -235,6 +248,7 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
                                        feature_dim=h.feature_dim, n_planted=h.n_planted)
             x, y, a = bench.samples()
             self.names = bench.names
+            self.feature_width = x.shape[1]  # checked against the classifier's in_dim
             self.benchmark = bench
             ds = TensorDataset(torch.as_tensor(x), torch.as_tensor(y), torch.as_tensor(a))
             n_val = int(h.val_share * len(ds))
@@ -264,6 +278,7 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
             df, y, a = read_toxic(h.csv_path, sens)
             x = self._toxic_embeddings(df["comment_text"].astype(str).tolist())
             self.names = list(sens)
+            self.feature_width = x.shape[1]  # checked against the classifier's in_dim
             ds = TensorDataset(torch.as_tensor(x), torch.as_tensor(y), torch.as_tensor(a))
             split = df["split"].to_numpy() if "split" in df.columns else np.array(["train"] * len(df))
             tr = np.nonzero(split != "val")[0] if (split == "val").any() else np.arange(len(df))
@@ -275,7 +290,10 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
 
     def _toxic_embeddings(self, texts: list[str]) -> np.ndarray:
         h = self.hparams
-        cache = Path(h.embedding_cache) / f"{Path(h.csv_path).stem}.{Path(h.embedding_model).name}.npy" \
+        # keyed by the texts (in order) and the model, not only the file's name: an edited or different CSV with as
+        # many rows would otherwise reuse stale embeddings silently
+        key = hashlib.sha256("\0".join([h.embedding_model, *texts]).encode()).hexdigest()[:16]
+        cache = Path(h.embedding_cache) / f"{Path(h.csv_path).stem}.{Path(h.embedding_model).name}.{key}.npy" \
             if h.embedding_cache else None
         if cache is not None and cache.exists():
             with reading(cache, ".npy embedding cache (delete it to recompute)"):
@@ -301,8 +319,8 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
     def card_metadata(self) -> dict:
         h = self.hparams
         src = {"synthetic": f"embedded: planted synthetic benchmark (d={h.d}, seed {h.seed})",
-               "celeba": f"CelebA (local torchvision files), target {h.target}",
-               "toxic": "Jigsaw all_data_with_identities.csv + DistilBERT embeddings"}[h.source]
+               "celeba": f"CelebA (local torchvision files in {h.root}), target {h.target}",
+               "toxic": f"toxic comments CSV {h.csv_path} + {h.embedding_model} embeddings"}[h.source]
         return {"data_source": src}
 
 
@@ -347,9 +365,16 @@ class BiasTableDataModule(L.LightningDataModule):
                  n_bins: int = 10, iterations: Optional[int] = None, min_train_combinations: int = 1, d: int = 10,
                  seed: int = 0, n_extra: int = 20_000, min_count: int = 20, n_planted: int = 4, num_workers: int = 0):
         super().__init__()
-        self.save_hyperparameters()
+        # the synthetic benchmark's knobs mean nothing for a table; kept out of the hparams, its default d=10 would
+        # clash with the model's d set to the table's attributes (Lightning refuses differing shared hparams)
+        synthetic_only = ["d", "seed", "n_extra", "min_count", "n_planted"]
+        self.save_hyperparameters(ignore=synthetic_only if source == "table" else [])
         if source not in ("synthetic", "table"):
             raise ZooError(f"source must be synthetic or table, got {source!r}")
+        # a config's `source: synthetic` would otherwise silently train on the benchmark's table, not the file named
+        if source == "synthetic" and table_path:
+            raise ZooError("table_path is read only with source='table', but source='synthetic': pass "
+                           "--data.init_args.source table")
 
     def setup(self, stage: str) -> None:
         if getattr(self, "table", None) is not None:
@@ -365,6 +390,17 @@ class BiasTableDataModule(L.LightningDataModule):
                 raise ZooError("source=table needs table_path (phase 0's bias_table.csv)")
             with reading(h.table_path, "bias table CSV"):
                 names, a, bias, count = read_bias_table(h.table_path)
+            # else a nan/inf bias only surfaces as a non-finite training loss, and a repeated combination could sit
+            # on both sides of the seen/unseen split
+            bad = np.flatnonzero(~np.isfinite(bias))
+            if bad.size:
+                raise ZooError(f"bias table {h.table_path}: non-finite bias ({bias[bad[0]]}) in row {bad[0]} "
+                               f"({bad.size} such row(s))")
+            _, first, n = np.unique(a, axis=0, return_index=True, return_counts=True)
+            if (n > 1).any():
+                i = np.flatnonzero(n > 1)[0]
+                raise ZooError(f"bias table {h.table_path}: combination {a[first[i]].tolist()} appears {n[i]} times; "
+                               f"one row per distinct combination")
             rank_zero_info(f"bggn data: bias table {h.table_path} ({len(a)} combinations, {len(names)} attributes)")
         seen = split_seen_unseen(len(a), h.unseen_share, h.split_seed)
         n_seen = int(seen.sum())

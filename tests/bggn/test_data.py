@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from datamodules.intersectional import BiasTableDataModule, IntersectionalSamplesDataModule
+from datamodules.intersectional import BiasTableDataModule, IntersectionalSamplesDataModule, embed_texts
 from zoo.bggn import BGGNModule
 from zoo.bggn.bias import write_bias_table
 from zoo.errors import ZooError
@@ -122,3 +122,79 @@ def test_table_source_and_refusals(tmp_path):
     few.setup("fit")
     with pytest.raises(ZooError, match="3 training combinations, fewer than the batch of 4"):
         few.train_dataloader()
+
+
+def test_toxic_refuses_labels_outside_zero_one_and_names_the_file_on_the_card(tmp_path):
+    model = tmp_path / "distilbert"
+    model.mkdir()
+    tiny_distilbert(model)
+    df = pd.DataFrame({"comment_text": ["you are nice", "bad person", "you are bad"], "toxicity": [0.0, 0.8, 0.5],
+                       "male": [0.0, 0.5, 1.0], "female": [0.2, 0.0, 0.05]})
+    path = tmp_path / "mine.csv"
+    df.to_csv(path, index=False)
+    dm = IntersectionalSamplesDataModule(source="toxic", csv_path=str(path), embedding_model=str(model),
+                                         sensitive=["male", "female"])
+    assert str(path) in dm.card_metadata()["data_source"]  # the user's file, not "Jigsaw all_data_with_identities"
+    # a missing toxicity (else labelled 0 by `nan > 0.4`) and an identity outside [0, 1] (else thresholded as 1)
+    for col, value, shown in (("toxicity", np.nan, "nan"), ("male", 7.0, "7.0")):
+        bad = df.copy()
+        bad.loc[1, col] = value
+        bad.to_csv(path, index=False)
+        with pytest.raises(ZooError, match=rf"mine.csv: {col} is {shown} in row 1 .* fractions of raters in \[0, 1\]"):
+            IntersectionalSamplesDataModule(source="toxic", csv_path=str(path), embedding_model=str(model),
+                                            sensitive=["male", "female"]).setup("fit")
+
+
+def test_toxic_embedding_cache_follows_the_texts(tmp_path):
+    model = tmp_path / "distilbert"
+    model.mkdir()
+    tiny_distilbert(model)
+    path = tmp_path / "all_data_with_identities.csv"
+    kw = {"source": "toxic", "csv_path": str(path), "embedding_model": str(model),
+          "embedding_cache": str(tmp_path / "emb"), "sensitive": ["male"]}
+    pd.DataFrame({"comment_text": ["you are nice", "bad person"], "toxicity": [0.0, 0.8], "male": [0.0, 1.0]}) \
+        .to_csv(path, index=False)
+    IntersectionalSamplesDataModule(**kw).setup("fit")
+    # the same file name and row count, other texts: the cached embeddings of the old texts must not be reused
+    pd.DataFrame({"comment_text": ["bad person", "you are nice"], "toxicity": [0.8, 0.0], "male": [1.0, 0.0]}) \
+        .to_csv(path, index=False)
+    dm = IntersectionalSamplesDataModule(**kw)
+    dm.setup("fit")
+    x = dm.all_set.tensors[0].numpy()
+    np.testing.assert_allclose(x, embed_texts(["bad person", "you are nice"], str(model)), rtol=1e-5, atol=1e-6)
+
+
+def test_table_refuses_non_finite_bias_and_repeated_combinations(tmp_path):
+    a = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
+    write_bias_table(tmp_path / "t.csv", ["x", "y"], a, np.array([0.1, np.inf, 0.3, 0.9]), np.array([5, 5, 5, 5]))
+    with pytest.raises(ZooError, match=r"t.csv: non-finite bias \(inf\) in row 1"):  # else only a nan training loss
+        BiasTableDataModule(source="table", table_path=str(tmp_path / "t.csv")).setup("fit")
+    write_bias_table(tmp_path / "t.csv", ["x", "y"], a[[0, 1, 2, 1]], np.array([0.1, 0.2, 0.3, 0.9]), np.full(4, 5))
+    with pytest.raises(ZooError, match=r"combination \[0, 1\] appears 2 times; one row per distinct combination"):
+        BiasTableDataModule(source="table", table_path=str(tmp_path / "t.csv")).setup("fit")
+
+
+def test_table_source_keeps_the_synthetic_d_out_of_its_hparams(tmp_path):
+    # a model with d = the table's 2 attributes next to the datamodule's unused synthetic default d=10: Lightning
+    # refuses differing hparams shared by model and datamodule, so d must not be one of the table source's
+    import lightning.pytorch as L
+
+    from zoo.bggn import BiasPredictorModule
+
+    a = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
+    write_bias_table(tmp_path / "t.csv", ["x", "y"], a, np.array([0.1, 0.2, 0.3, 0.9]), np.full(4, 5))
+    dm = BiasTableDataModule(source="table", table_path=str(tmp_path / "t.csv"), unseen_share=0.25, batch_size=2)
+    assert "d" not in dm.hparams and BiasTableDataModule(source="synthetic").hparams.d == 10
+    model = BiasPredictorModule(d=2, hidden_dim=8, feature_dim=8)
+    trainer = L.Trainer(accelerator="cpu", max_steps=1, logger=L.loggers.CSVLogger(tmp_path),
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0)
+    trainer.fit(model, datamodule=dm)
+
+
+def test_file_options_with_the_synthetic_source_are_refused(tmp_path):
+    # the smoke configs say source: synthetic; a table_path or csv_path added alone would be ignored
+    with pytest.raises(ZooError, match="table_path is read only with source='table'.*--data.init_args.source table"):
+        BiasTableDataModule(source="synthetic", table_path=str(tmp_path / "t.csv"))
+    with pytest.raises(ZooError, match="csv_path is read only with source=toxic.*--data.init_args.source toxic"):
+        IntersectionalSamplesDataModule(source="synthetic", csv_path=str(tmp_path / "c.csv"))

@@ -55,3 +55,18 @@ def test_wrong_earlier_run_is_refused(tmp_path):
         m._trainer = SimpleNamespace(datamodule=_dm())
         m.setup("fit")
 
+
+
+def test_classifier_width_other_than_the_features_is_refused():
+    from datamodules.intersectional import IntersectionalSamplesDataModule
+    from zoo.bggn import BiasClassifierModule
+
+    dm = IntersectionalSamplesDataModule(source="synthetic", d=6, n_extra=50, feature_dim=5)
+    dm.setup("fit")
+    m = BiasClassifierModule(in_dim=768, hidden=(8,))
+    m._trainer = SimpleNamespace(datamodule=dm)
+    with pytest.raises(ZooError, match="model in_dim=768 but the data's features are 5 wide.*in_dim 5"):
+        m.setup("fit")  # was a matrix shape error in the first step
+    fits = BiasClassifierModule(in_dim=5, hidden=(8,))
+    fits._trainer = SimpleNamespace(datamodule=dm)
+    fits.setup("fit")

@@ -109,6 +109,14 @@ class BiasClassifierModule(HubMixin, L.LightningModule):
         self._attrs: list[torch.Tensor] = []
         self._correct = 0
 
+    def setup(self, stage: str) -> None:
+        # the MLP's input width is a setting; the data's (DistilBERT's 768, or the benchmark's feature_dim) would
+        # otherwise only meet it as a shape error in the first step
+        width = getattr(_datamodule(self), "feature_width", None)
+        if self.hparams.backbone == "mlp" and width is not None and width != self.hparams.in_dim:
+            raise ZooError(f"model in_dim={self.hparams.in_dim} but the data's features are {width} wide: pass "
+                           f"--model.init_args.in_dim {width}")
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x).squeeze(-1)  # logits; the official model ends in a sigmoid + BCELoss
 
