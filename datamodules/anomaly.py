@@ -97,6 +97,8 @@ def visa_samples(root: Path, classes: list[str], split: Literal["train", "test"]
     for r in rows:
         if r["split"] != split or r["object"] not in index:
             continue
+        if r["label"] not in ("normal", "anomaly"):  # any other word would silently make a defect a normal image
+            raise ZooError(f"{path}: label {r['label']!r} of {r['image']} is not 'normal' or 'anomaly'")
         label = 1 if r["label"] == "anomaly" else 0
         image = root / r["image"]
         mask = root / r["mask"] if label and r["mask"] else None
@@ -107,7 +109,9 @@ def visa_samples(root: Path, classes: list[str], split: Literal["train", "test"]
         out.append(Sample(image, mask, label, index[r["object"]]))
     for c in classes:
         if split == "train" and not any(s.class_id == index[c] for s in out):
-            raise ZooError(f"{path} lists no train images of class {c!r}")
+            listed = sorted({r["object"] for r in rows})  # your own data: its objects are the classes to set
+            raise ZooError(f"{path} lists no train images of class {c!r} (its objects: {', '.join(listed)}; set "
+                           f"data.classes to yours)")
     return out
 
 

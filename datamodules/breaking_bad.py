@@ -85,6 +85,11 @@ def read_fracture(folder: Path, n_parts: int):
             m = trimesh.load_mesh(str(f), process=False)
         if not isinstance(m, trimesh.Trimesh) or len(m.faces) == 0:
             raise ZooError(f"part {f} is not a triangle mesh (no faces)")
+        # a vertex line with two coordinates makes trimesh's parser return (n, 2) vertices, which only fail later,
+        # deep in the surface sampling
+        if np.asarray(m.vertices).ndim != 2 or np.asarray(m.vertices).shape[1] != 3:
+            raise ZooError(f"part {f} has vertices of shape {np.asarray(m.vertices).shape}, not (n, 3): every vertex "
+                           "line must be 'v x y z'")
         if not np.isfinite(np.asarray(m.vertices)).all():
             raise ZooError(f"part {f} has non-finite vertices")
         meshes.append(m.process())  # then the official load_mesh's default processing
@@ -266,6 +271,10 @@ class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
+        # a config's `source: synthetic` would otherwise silently train on seeded fractures, not the files named
+        if source == "synthetic" and (data_root or split_dir):
+            raise ZooError("data_root/split_dir are read only with source='breaking_bad', but source='synthetic': "
+                           "pass --data.init_args.source breaking_bad")
         if batch_size != 1:
             raise ZooError(f"batch_size must be 1 (PMTR matches one pair per step, as the official code), got "
                            f"{batch_size}")
@@ -330,8 +339,11 @@ class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
         mode = "multi-part" if self.multi_part else "pairwise"
         if hp.source == "synthetic":
             return {"data_source": f"embedded: seeded synthetic fractures (trimesh primitives cut by planes), {mode}"}
-        # Breaking Bad is not on the Hugging Face Hub: no `datasets` id to name
-        return {"data_source": f"Breaking Bad (volume constrained, local files), {hp.category}, {mode}"}
+        # Breaking Bad is not on the Hugging Face Hub: no `datasets` id to name. The files are named by their path, as
+        # the layout alone does not tell the release from a user's own meshes
+        split_dir = hp.split_dir or str(Path(hp.data_root) / "data_list")
+        return {"data_source": f"local files in the Breaking Bad layout under {hp.data_root} (split files "
+                               f"{split_dir}/{hp.category}_{{train,val}}.txt), {hp.category}, {mode}"}
 
     def train_dataloader(self):
         return train_loader(self._sets["train"], 1, shuffle=True, seed=self.hparams.seed, collate_fn=first,

@@ -44,11 +44,12 @@ ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
 
 # ------------------------------------------------------------------------------------------------ features
-def _labels(y_train: np.ndarray, y_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _labels(y_train: np.ndarray, y_test: np.ndarray, path: str) -> tuple[np.ndarray, np.ndarray]:
     """Class labels as 0..K−1 (the official R data use 1..10)."""
     classes = np.unique(y_train)
     if not np.isin(y_test, classes).all():
-        raise ZooError(f"test labels {sorted(set(np.unique(y_test)) - set(classes))} do not occur in training")
+        unknown = sorted(set(np.unique(y_test).tolist()) - set(classes.tolist()))  # .tolist(): 3, not np.int64(3)
+        raise ZooError(f"{path}: test labels {unknown} do not occur in y_train")
     return np.searchsorted(classes, y_train).astype(np.int64), np.searchsorted(classes, y_test).astype(np.int64)
 
 
@@ -79,7 +80,7 @@ def _check_arrays(d: dict, path: str) -> tuple[np.ndarray, ...]:
         raise ZooError(f"{path}: {len(x_tr)}/{len(x_te)} feature rows but {len(y_tr)}/{len(y_te)} labels")
     if not (np.isfinite(x_tr).all() and np.isfinite(x_te).all()):
         raise ZooError(f"{path}: features contain NaN or inf")
-    y_tr, y_te = _labels(y_tr, y_te)
+    y_tr, y_te = _labels(y_tr, y_te, path)
     return x_tr.astype(np.float64), y_tr, x_te.astype(np.float64), y_te
 
 
@@ -211,8 +212,8 @@ def load_features(source: str, dataset: str, root: Optional[str], path: Optional
 
 def data_source_line(source: str, dataset: str, path: Optional[str], n_components: int) -> str:
     return {"torchvision": f"{dataset} (torchvision) → ResNet18 features → PCA-{n_components}",
-            "rdata": f"official ByMI features {Path(path or '').name} (ResNet18 → PCA-20)",
-            "npz": f"precomputed features {Path(path or '').name}",
+            "rdata": f"features in the official ByMI .Rdata layout from {path}",
+            "npz": f"precomputed features {path}",  # one's own file: the card names it by its path
             "digits": f"embedded: scikit-learn digits → PCA-{n_components}",
             "gaussian": "embedded: seeded Gaussian location model (simulation)"}[source]
 
@@ -377,14 +378,22 @@ class ByzantineDataModule(L.LightningDataModule):
 
     def card_metadata(self) -> dict:
         return feature_card_metadata(self.hparams, data_source_line(self.hparams.source, self.hparams.dataset,
-                                                                    self.hparams.path, self.hparams.n_components))
+                                                                    self.hparams.path, self.hparams.n_components),
+                                     self._arrays)
 
 
-def feature_card_metadata(hp, data_source: str) -> dict:
+def is_official_rdata(path: Optional[str], dataset: str, arrays: Optional[tuple[np.ndarray, ...]]) -> bool:
+    """Whether an .Rdata file read is recognisably the release: its official name and ResNet18 → PCA-20 features
+    of 10 classes (the layout alone fits any file written the same way)."""
+    return (arrays is not None and Path(path or "").name == RDATA_FILES.get(dataset) and arrays[0].shape[1] == 20
+            and len(np.unique(arrays[1])) == 10)
+
+
+def feature_card_metadata(hp, data_source: str, arrays: Optional[tuple[np.ndarray, ...]]) -> dict:
     """A run card's provenance: the released dataset's Hub id where the run read it, and the ResNet18 that embedded
     the images (the classifier is trained on its features) as the base model."""
     meta = {"data_source": data_source}
-    if hp.source in ("torchvision", "rdata"):
+    if hp.source == "torchvision" or (hp.source == "rdata" and is_official_rdata(hp.path, hp.dataset, arrays)):
         meta["datasets"] = [HUB_IDS[hp.dataset]]
     if hp.source == "torchvision" and hp.weights:
         meta["base_model"] = f"timm/{hp.weights}"
@@ -477,4 +486,4 @@ class MachineShardDataModule(L.LightningDataModule):
     def card_metadata(self) -> dict:
         hp = self.hparams
         return feature_card_metadata(hp, f"{data_source_line(hp.source, hp.dataset, hp.path, hp.n_components)}, "
-                                         f"{hp.machines} shards x {hp.n_per_machine}")
+                                         f"{hp.machines} shards x {hp.n_per_machine}", getattr(self, "arrays", None))

@@ -162,6 +162,10 @@ class ConditionalDataModule(SplitLoaders, L.LightningDataModule):
             raise ZooError(f"unknown dataset {dataset!r}: choose one of {sorted(SCHEMAS)}")
         if source not in ("local", "embedded"):
             raise ZooError(f"unknown data source {source!r}: choose 'local' or 'embedded'")
+        # a config's `source: embedded` would otherwise silently train on simulator draws, not the files named
+        if source == "embedded" and data_dir:
+            raise ZooError(f"data_dir={data_dir!r} is read only with source='local', but source='embedded' (seeded "
+                           "draws): pass --data.init_args.source local")
         if source == "local" and not data_dir:
             raise ZooError(f"source='local' needs data_dir, the folder with {dataset}'s train.csv, val.csv and "
                            f"test.csv (the official repository's datasets/{'cancer' if dataset == 'ecm' else dataset}/)")
@@ -237,6 +241,10 @@ class ConditionalDataModule(SplitLoaders, L.LightningDataModule):
 
     def _balance(self, df: pd.DataFrame) -> pd.DataFrame:
         t = df["t"]
+        # the weights are only a distribution for a 0/1 t with both groups present (else pandas raises mid-setup)
+        if not t.isin((0.0, 1.0)).all() or t.nunique() < 2:
+            raise ZooError(f"cps train: balance=True needs t in {{0, 1}} with both treated and control rows, got "
+                           f"t values {sorted(t.unique().tolist())[:5]}; pass --data.init_args.balance false")
         share = t.mean()
         return df.sample(2 * len(df), weights=(1 - share) * t + share * (1 - t), replace=True,
                          random_state=BALANCE_SEED).reset_index(drop=True)

@@ -9,6 +9,7 @@ failures with their reason, so one bad line never stops a run.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -16,7 +17,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.cruxeval.scoring import hub_rows, load_rows
+from zoo.cruxeval.scoring import hub_rows, load_rows, row_problem
 from zoo.data import content_digest, reading
 from zoo.errors import ZooError
 
@@ -106,6 +107,13 @@ class CRUXEvalDataModule(L.LightningDataModule):
         self.read_count = len(rows)
         if self.source == "local":
             self.is_release = is_release(rows)
+            # malformed rows stay in the run as failures (one bad line never stops it), but they count in pass@k's
+            # denominator: a user's own file with a missing field was only seen in test/failed_rows, with no reason
+            bad = [(k, why) for k, r in enumerate(rows, 1) if (why := row_problem(r))]
+            if bad:
+                k, why = bad[0]
+                warnings.warn(f"CRUXEval file {self.path}: {len(bad)} of {len(rows)} rows are malformed and will be "
+                              f"scored as failures (test/failed_rows); the first, row {k}: {why}", stacklevel=2)
         return rows[: self.limit] if self.limit is not None else rows
 
     def setup(self, stage: str | None = None) -> None:

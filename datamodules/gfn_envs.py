@@ -21,6 +21,7 @@ Sources (explicit and logged, never a silent fallback):
 
 from __future__ import annotations
 
+import re
 import string
 from pathlib import Path
 from typing import Literal
@@ -86,6 +87,14 @@ def sample_erdos_renyi_linear_gaussian(n_nodes: int, n_edges: int, n_samples: in
     return adj, pd.DataFrame({name: samples[name] for name in names})
 
 
+def _is_decimal(name: str) -> bool:
+    try:
+        float(name)
+    except ValueError:
+        return False
+    return re.fullmatch(r"[+-]?[0-9]+", name.strip()) is None
+
+
 def read_observations(path: str, n_nodes: int) -> pd.DataFrame:
     file = Path(path)
     if not file.is_file():
@@ -96,6 +105,12 @@ def read_observations(path: str, n_nodes: int) -> pd.DataFrame:
         frame = pd.read_csv(file)
     except (ValueError, pd.errors.ParserError) as e:
         raise ZooError(f"BN data file {path} is not a readable CSV ({e})") from e
+    # a file without its header row would silently lose its first observation to the column names: names that read
+    # as decimals (or pandas' renamed duplicates, "0.1") are that row; integer names (DataFrame.to_csv of unnamed
+    # columns writes 0, 1, ...) are a header
+    if any(_is_decimal(str(c)) for c in frame.columns):
+        raise ZooError(f"BN data file {path} starts with {list(frame.columns)[:8]}, an observation, not a header of "
+                       "variable names: add a header line (e.g. A,B,C,D,E)")
     if frame.shape[1] != n_nodes:
         raise ZooError(f"BN data file {path} has {frame.shape[1]} columns {list(frame.columns)[:8]}; n_nodes={n_nodes}")
     bad = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]

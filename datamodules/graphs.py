@@ -112,10 +112,18 @@ def read_edge_list(text: str, name: str):
     try:
         pairs = np.loadtxt(io.StringIO("\n".join(rows)), dtype=np.int64, usecols=(0, 1), ndmin=2)
     except ValueError as e:
-        raise ZooError(f"edge list {name!r} must hold two integer node ids per line: {e}") from e
+        # numpy counts rows without the comment lines: name the file's own line instead
+        bad = next((f"line {i}: {ln.strip()!r}" for i, ln in enumerate(text.splitlines(), 1)
+                    if ln.strip() and not ln.lstrip().startswith(("#", "%")) and not _is_edge(ln)), str(e))
+        raise ZooError(f"edge list {name!r} must hold two integer node ids per line, {bad}") from e
     ids = unique(pairs.ravel())
     idx = np.searchsorted(ids, pairs)
     return sp.coo_array((np.ones(len(idx)), (idx[:, 0], idx[:, 1])), shape=(len(ids), len(ids)))
+
+
+def _is_edge(line: str) -> bool:
+    f = line.split()
+    return len(f) >= 2 and all(x.lstrip("+-").isdigit() for x in f[:2])
 
 
 def read_snap(path: str | Path):
@@ -256,8 +264,11 @@ class GraphDataModule(L.LightningDataModule):
         for name in self.names:
             hits = [f for f in files if f.name in {name + s for s in suffixes} | {f"simple-{name}.mat"}]
             if not hits:
-                raise ZooError(f"graph {name!r} not found in {root} (looked for {name}{{{','.join(suffixes)}}}); "
-                               f"{hint}")
+                # a config's names (the smoke config's networkx graphs) are not your files': say which are there
+                there = f"; the graphs there: {', '.join(self._stem(f) for f in files)} (names: null for all)" \
+                    if files else ""
+                raise ZooError(f"graph {name!r} not found in {root} (looked for {name}{{{','.join(suffixes)}}})"
+                               f"{there}; {hint}")
             out.append(hits[0])
         return out
 

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader
 
 from zoo.data import content_digest, reading, train_loader
 from zoo.errors import ZooError
-from zoo.rosa.gsm8k import EVAL_TEMPLATE
+from zoo.rosa.gsm8k import ANS_RE, EVAL_TEMPLATE
 
 HUB_DATASET = ("openai/gsm8k", "main")
 # zoo.data.content_digest of the release's rows (question, NUL, answer): openai/grade-school-math @ 3101c7d, whose
@@ -130,6 +130,11 @@ def _read_split(directory: Path, split: str) -> list[dict[str, str]]:
         if missing:
             raise ZooError(f"{at}: field {' and '.join(map(repr, missing))} missing or not text (the row has "
                            f"{sorted(r)}); GSM8K rows need 'question' and 'answer'")
+        # scoring reads the reference from its `#### N` line: a test (or num_val) row without one stopped the run at
+        # evaluation, after training, naming neither file nor line; a train row without one taught no answer format
+        if not ANS_RE.search(r["answer"]):
+            raise ZooError(f"{at}: the answer has no '#### <number>' line (it ends {r['answer'][-40:]!r}); GSM8K "
+                           "answers end in '#### N', the number the model is scored on")
     return [{"question": r["question"], "answer": r["answer"]} for r in rows]
 
 

@@ -102,6 +102,8 @@ def load_npz(path: str | Path) -> list[dict[str, Any]]:
     if X.ndim != 3:
         raise ZooError(f"{path}: X has shape {X.shape}, expected (n, d) or (B, n, d)")
     B, n, d = X.shape
+    if not B or not n or not d:  # an empty design list would otherwise fail later on dataset[0], a traceback
+        raise ZooError(f"{path}: X has shape {arrays['X'].shape}, expected at least one design of n >= 1 rows, d >= 1")
     if y.ndim == 2:
         y = y[:, None, :]
     if y.ndim != 3 or y.shape[0] != B or y.shape[-1] != n:

@@ -61,6 +61,14 @@ def read_medmnist(path: Path) -> dict[str, np.ndarray]:
             raise ZooError(f"{path.name}: {s}_images {x.shape} and {s}_labels {y.shape} are not a MedMNIST split")
         if y.ndim == 2 and y.shape[1] != 1:
             raise ZooError(f"{path.name} is multi-label ({s}_labels {y.shape}); SCoRe needs single-label classes")
+        # the transforms scale by the dtype's range: int64 pixels (numpy's default) became all black, float 0..255
+        # ones 255x too bright, both silently; channels-first [N, 3, H, W] became W channels
+        if x.dtype != np.uint8 or (x.ndim == 4 and x.shape[-1] not in (1, 3)):
+            raise ZooError(f"{path.name}: {s}_images is {x.dtype} {x.shape}; MedMNIST images are uint8 [N, H, W] "
+                           "(grey) or [N, H, W, 3] (RGB)")
+        if not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
+            raise ZooError(f"{path.name}: {s}_labels must be integer classes 0..K-1, got {y.dtype} with minimum "
+                           f"{y.min() if y.size else None}")
     return data
 
 
@@ -101,8 +109,11 @@ class MedMNISTDataModule(LongTailDataModule):
         ir = f"imbalance ratio {self.imbalance_ratio:g}" if self.imbalance_ratio else "as released"
         if self.source == "embedded":
             return {"data_source": f"embedded: scikit-learn's digits standing in for MedMNIST ({ir}; not MedMNIST)"}
-        return {"data_source": f"{self.flag} in the MedMNIST .npz format ({self.size}x{self.size}, {ir}) from "
-                               f"{self.path}"}
+        # a root that is the .npz itself is any file in the format (the flag did not pick it), and its images' size is
+        # what was read: the card said "organamnist ... 28x28" of a user's own 64x64 file
+        what = "a file" if Path(self.root).suffix == ".npz" else self.flag
+        h, w = getattr(self, "image_size", (self.size, self.size))
+        return {"data_source": f"{what} in the MedMNIST .npz format ({h}x{w}, {ir}) from {self.path}"}
 
     def _load(self):
         if self.source == "embedded":
@@ -120,6 +131,7 @@ class MedMNISTDataModule(LongTailDataModule):
         train, val, test = split("train"), split("val"), split("test")
         c = train[0].shape[1]
         self.num_channels = c  # checked against the model's in_chans (SCoReModule.setup)
+        self.image_size = tuple(train[0].shape[2:])
         rank_zero_info(f"[MedMNISTDataModule] {self.flag}: {'RGB' if c == 3 else 'grey'} images "
                        f"{tuple(train[0].shape[2:])}, splits {len(train[1])}/{len(val[1])}/{len(test[1])}")
         return train, test, ((0.5,) * c, (0.5,) * c), val

@@ -29,7 +29,7 @@ from typing import Literal, Optional
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from zoo.data import reading, train_loader
@@ -105,6 +105,12 @@ def read_extraction_csv(path: str | Path) -> list[dict]:
                 raise ZooError(f"{path}:{reader.line_num}: a row needs {', '.join(CSV_FIELDS)}, got {list(row.values())}")
             rows.append({k: row[k] for k in CSV_FIELDS})
         return rows
+
+
+def shared_sequences(rows: MemorizationSet, other: MemorizationSet) -> list[str]:
+    """The doc_ids of `rows` whose sequence (as tokenized: what a model sees) is also in `other`."""
+    seen = {tuple(s) for s in other.sequences()}
+    return [d for d, s in zip(rows.doc_ids, rows.sequences()) if tuple(s) in seen]
 
 
 def write_extraction_csv(path: str | Path, rows: list[dict]) -> None:
@@ -319,6 +325,22 @@ class MemorizationDataModule(L.LightningDataModule):
         self.background_set = (tokenize_rows(self.tokenizer, rows["background"], h.seq_len) if rows["background"]
                                else None)
         check_disjoint(self.forget_set.sequences(), self.unseen_set.sequences(), self.forget_set.doc_ids)
+        # the memorize stage trains on the background, so unseen or held-out text in it would silently be trained
+        # on (the thresholds and the utility perplexity then measure trained text) and forget text in it repeated
+        # beyond its grade: an error
+        if self.background_set is not None:
+            for other in ("forget", "unseen", "heldout"):
+                if both := shared_sequences(self.background_set, getattr(self, f"{other}_set")):
+                    raise ZooError(f"the background set shares {len(both)} sequence(s) with the {other} set (first: "
+                                   f"doc_id {both[0]}); the background is trained on, so it must be disjoint from the "
+                                   "forget, unseen and held-out sets")
+        # held-out text (the utility set) that is also forget text is only a warning: the paper's own files (Pile
+        # validation against the extraction benchmark's often-duplicated training text) may share some, and it
+        # costs only that the utility perplexity moves a little with the forgetting
+        if h.heldout_path and (both := shared_sequences(self.heldout_set, self.forget_set)):
+            rank_zero_warn(f"the held-out set {h.heldout_path} shares {len(both)} of {len(self.heldout_set.doc_ids)} "
+                           f"sequence(s) with the forget set (first: doc_id {both[0]}); its perplexity (utility) "
+                           "then also measures forgetting")
 
     def export_csv(self, directory: str | Path) -> dict[str, Path]:
         """Write the sets in the extraction-benchmark CSV format (what `source: local` reads)."""
@@ -368,6 +390,9 @@ class MemorizationDataModule(L.LightningDataModule):
         if h.source == "local":
             self.setup()
             files = f"forget {h.forget_path}, unseen {h.unseen_path}"
+            # every file read is named (the held-out set measures utility, the background is trained on)
+            files += "".join(f", {k} {p}" for k, p in (("heldout", h.heldout_path), ("background", h.background_path))
+                             if p)
             if not self.pile:
                 return {"data_source": f"local CSVs in the extraction-benchmark format: {files} (not Pile sequences)"}
             return {"datasets": ["EleutherAI/pile"], "data_source": f"local extraction-benchmark CSVs: {files}"}

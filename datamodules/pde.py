@@ -151,6 +151,14 @@ class PDEDataModule(SplitLoaders, L.LightningDataModule):
                        f"grid {meta.get('grid_size')}, method {meta.get('method')!r}")
         if meta.get("problem") != self.hparams.problem:
             raise ZooError(f"{role} file {path} holds {meta.get('problem')!r} data, not {self.hparams.problem!r}")
+        # a hand-written own file is read as stored: without this, a wrong shape (a without its channel axis, u on
+        # another grid, fewer u than a) surfaces as a traceback in to_tensors or the model
+        n, c, s = len(data.u), len(self.problem.channels), meta.get("grid_size")
+        shapes = {k: tuple(getattr(data, k).shape) for k in ("a", "f", "u")}
+        if shapes != {"a": (n, c, s, s), "f": (n, s, s), "u": (n, s, s)}:
+            raise ZooError(f"{role} file {path} has a {shapes['a']}, f {shapes['f']}, u {shapes['u']}; "
+                           f"{self.hparams.problem} with meta grid_size {s} needs a (N, {c}, {s}, {s}), "
+                           f"f and u (N, {s}, {s})")
         if self.hparams.grid_size is not None and meta.get("grid_size") != self.hparams.grid_size:
             raise ZooError(f"{role} file {path} has grid {meta.get('grid_size')}, config says {self.hparams.grid_size}")
         return data

@@ -12,6 +12,7 @@ the test loader yields lists of test examples.
 from __future__ import annotations
 
 import random
+import re
 from datetime import date
 from typing import Any, Literal, Optional
 
@@ -22,7 +23,7 @@ from torch.utils.data import DataLoader
 from zoo.data import reading, train_loader
 from zoo.errors import ZooError
 from zoo.regal.cluster import make_tuples
-from zoo.regal.domains import DateDomain, LogoDomain, TextCraftDomain
+from zoo.regal.domains import DateDomain, LogoDomain, TextCraftDomain, extract_gold_answer
 from zoo.regal.examples import normalize, read_jsonl
 
 FILES = {"logo": ("train_200.jsonl", "test.jsonl"), "date": ("train_combined.jsonl", "test.jsonl"),
@@ -223,6 +224,13 @@ class ReGALDataModule(L.LightningDataModule):
             rows = read_jsonl(path, self.domain, split, limit)
         if not rows and limit != 0:
             raise ZooError(f"ReGAL {self.domain} file {path} holds no rows")
+        if self.domain == "date":
+            # a gold answer the programs' MM/DD/YYYY can never equal would score every query wrong, silently
+            bad = next((r for r in rows if r["answer"] is not None
+                        and not re.fullmatch(r"\d{2}/\d{2}/\d{4}", extract_gold_answer(r["answer"]))), None)
+            if bad is not None:
+                raise ZooError(f"ReGAL date file {path}: row {bad['id'][len('date_'):]} has answer "
+                               f"{bad['answer']!r}, not '#### MM/DD/YYYY'")
         return rows
 
     def setup(self, stage: Optional[str] = None) -> None:

@@ -62,7 +62,9 @@ def read_image(path: Path, channels: int) -> np.ndarray:
     try:
         with Image.open(path) as im:
             im.load()
-            arr = np.asarray(im)
+            # a palette (P, PA) or CMYK/YCbCr image's array holds palette indices or other channels, not grey/RGB
+            # values: let PIL map it to RGB first (as OpenCV's imread does), else it would be read silently wrong
+            arr = np.asarray(im.convert("RGB") if im.mode in ("P", "PA", "CMYK", "YCbCr", "LAB", "HSV") else im)
     except (OSError, ValueError) as e:
         raise ZooError(f"image {path} cannot be read ({e})") from e
     if arr.dtype != np.uint8:
@@ -206,11 +208,13 @@ class NoisyPatches(Dataset):
     def __getitem__(self, index: int):
         epoch, i = divmod(int(index), self.n)
         rng = np.random.default_rng([self.seed, epoch, i])
-        img = self.loader(self.images[i % len(self.images)])
+        src = self.images[i % len(self.images)]
+        img = self.loader(src)
         _, h, w = img.shape
         p = self.patch_size
-        if h < p or w < p:
-            raise ZooError(f"training image {i % len(self.images)} is {h}x{w}, smaller than patch_size {p}")
+        if h < p or w < p:  # a local image by its path (an index alone does not say which file to fix)
+            what = src if isinstance(src, Path) else f"training image {src}"
+            raise ZooError(f"{what} is {h}x{w}, smaller than patch_size {p}")
         top, left = rng.integers(0, h - p + 1), rng.integers(0, w - p + 1)
         clean = augment(img[:, top:top + p, left:left + p], int(rng.integers(0, 8)))
         sigma = float(rng.uniform(self.sigma_min, self.sigma_max))

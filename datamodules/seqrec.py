@@ -132,7 +132,7 @@ def read_amazon(path: Path, columns: str | None = None) -> tuple[Rows, str]:
                     raise ZooError(f"{path} is JSON lines (keys name the fields): remove data.init_args.columns")
                 rows, fmt = _amazon_jsonl(path, rest, 1 + skipped)
             else:
-                rows, fmt = _amazon_csv(path, rest, columns)
+                rows, fmt = _amazon_csv(path, rest, columns, 1 + skipped)
         except UnicodeDecodeError as e:
             raise ZooError(f"{path} is not UTF-8 text ({compression}): {e.reason} at byte {e.start}; "
                            "Amazon dumps are UTF-8 csv or JSON lines, optionally gzipped") from e
@@ -169,11 +169,12 @@ def _amazon_jsonl(path: Path, lines, first_line: int = 1) -> tuple[Rows, str]:
     return rows, f"JSON lines ({keys[0]} -> user, {keys[1]} -> item, {keys[2]} -> time)"
 
 
-def _amazon_csv(path: Path, lines, columns: str | None) -> tuple[Rows, str]:
+def _amazon_csv(path: Path, lines, columns: str | None, first_line: int = 1) -> tuple[Rows, str]:
     reader = csv.reader(lines)
     first = next(reader)
     low = [c.strip().lower() for c in first]
-    if any(c in low for c in _USER_COLS):
+    header = any(c in low for c in _USER_COLS)
+    if header:
         if columns:
             raise ZooError(f"{path} has a header {first}: its names set the columns; remove data.init_args.columns")
         try:
@@ -182,10 +183,15 @@ def _amazon_csv(path: Path, lines, columns: str | None) -> tuple[Rows, str]:
             ti = next(low.index(c) for c in _TIME_COLS if c in low)
         except StopIteration as e:
             raise ZooError(f"{path}: header {first} lacks a user, item or timestamp column") from e
-        body, start = list(reader), 2
+        body, start = list(reader), first_line + 1
         how = f"csv with header ({first[ui]} -> user, {first[ii]} -> item, {first[ti]} -> time)"
     else:
-        body, start = [first, *reader], 1
+        body, start = [first, *reader], first_line
+    # blank lines (a hand-written file's trailing newline) are skipped, as in the JSON lines and ratings.dat readers;
+    # csv.reader yields them as [] and they failed as rows of 0 fields
+    numbered = [(k, r) for k, r in enumerate(body, start) if any(c.strip() for c in r)]
+    body = [r for _, r in numbered]
+    if not header:
         if columns is None:
             columns, why = _detect_columns(path, body), "detected: only the item column holds ASINs"
         elif columns not in AMAZON_COLUMNS:
@@ -195,12 +201,15 @@ def _amazon_csv(path: Path, lines, columns: str | None) -> tuple[Rows, str]:
         ui, ii, ti = (0, 1, 3) if columns == AMAZON_COLUMNS[0] else (1, 0, 3)
         how = f"header-less csv, columns {columns} ({why})"
     rows = []
-    for k, r in enumerate(body, start):
+    for k, r in numbered:
         try:
             rows.append((r[ui], r[ii], int(float(r[ti]))))
-        except (IndexError, ValueError) as e:
-            raise ZooError(f"{path}:{k}: expected {len(low) if start == 2 else 4} fields with a numeric timestamp "
-                           f"({how}), got {len(r)} field(s)") from e
+        except IndexError as e:
+            raise ZooError(f"{path}:{k}: expected {len(low) if header else 4} fields with a numeric "
+                           f"timestamp ({how}), got {len(r)} field(s)") from e
+        except (ValueError, OverflowError) as e:  # a date string, nan, inf: items are ordered by numeric time
+            raise ZooError(f"{path}:{k}: the timestamp {r[ti][:40]!r} is not a number (Unix time expected; {how})"
+                           ) from e
     return rows, how
 
 
@@ -213,8 +222,9 @@ def _detect_columns(path: Path, body: list[list[str]]) -> str:
         return AMAZON_COLUMNS[0]
     if first and not second:
         return AMAZON_COLUMNS[1]
-    raise ZooError(f"{path} has no header and its column order cannot be told from its IDs "
-                   f"({'both' if first else 'neither'} of its first two columns hold only ASINs); {_COLUMNS_OPTION}")
+    raise ZooError(f"{path} has no header naming a user column ({', '.join(_USER_COLS)}) and its column order cannot "
+                   f"be told from its IDs ({'both' if first else 'neither'} of its first two columns hold only ASINs); "
+                   f"{_COLUMNS_OPTION}")
 
 
 def synthetic_sequences(num_users: int, num_items: int, seed: int, zipf_a: float = 1.1,

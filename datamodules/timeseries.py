@@ -147,6 +147,10 @@ class ETTh1DataModule(_WindowSets):
             raise ZooError(f"unknown ETTh1 source {source!r}: choose 'local' or 'embedded'")
         if source == "local" and not path:
             raise ZooError("source='local' needs path: ETTh1.csv (in the moment repo's data/ folder)")
+        # a config's `source: embedded` would otherwise silently train on the seeded series, not the file named
+        if source == "embedded" and path:
+            raise ZooError(f"path={path!r} is read only with source='local', but source='embedded' (a seeded series): "
+                           "pass --data.init_args.source local")
         if task not in ("forecasting", "imputation"):
             raise ZooError(f"unknown task {task!r}: choose 'forecasting' or 'imputation'")
         if task == "forecasting" and forecast_horizon < 1:
@@ -183,6 +187,14 @@ class ETTh1DataModule(_WindowSets):
         if values.isna().to_numpy().any():
             values = values.interpolate(method="cubic")  # the official loader's gap filling
         data = values.to_numpy(np.float64)
+        # an inf, or a gap at either end that interpolation cannot fill, would reach the scaler (sklearn's traceback)
+        # or the loss (a nan training loss that names no row)
+        bad = ~np.isfinite(data)
+        if bad.any():
+            row, col = np.argwhere(bad)[0]
+            raise ZooError(f"{what}: non-finite {ETT_COLUMNS[1 + col]} ({data[row, col]}) in data row {row} (line "
+                           f"{row + 2}; {bad.any(axis=1).sum()} such row(s)); missing values are interpolated only "
+                           "between observed ones")
         tr, va, te = hp.train_rows, hp.val_rows, hp.test_rows
         if tr + va + te > len(data) or tr < SEQ_LEN:
             raise ZooError(f"{what}: {len(data)} rows cannot hold train {tr} + val {va} + test {te} rows (train >= "
@@ -276,6 +288,10 @@ class UCRClassificationDataModule(_WindowSets):
             raise ZooError(f"unknown classification source {source!r}: choose local, aeon, sktime or embedded")
         if source == "local" and not (train_path and test_path):
             raise ZooError("source='local' needs train_path and test_path (<name>_TRAIN.ts, <name>_TEST.ts)")
+        # a config's `source: embedded` (or aeon) would otherwise silently read other data than the files named
+        if source != "local" and (train_path or test_path):
+            raise ZooError(f"train_path/test_path are read only with source='local', but source={source!r}: pass "
+                           "--data.init_args.source local")
         if scaling not in ("per_timestep", "none"):
             raise ZooError(f"unknown scaling {scaling!r}: choose 'per_timestep' or 'none'")
         if not 0.0 <= val_fraction < 1.0:
@@ -323,6 +339,19 @@ class UCRClassificationDataModule(_WindowSets):
             return
         hp = self.hparams
         train, test, what = self.read()
+        # '?' and nan are missing steps (masked); an inf would reach the scaler (sklearn's traceback) or, unscaled,
+        # be padded in as 1.8e308
+        where = {"train": hp.train_path, "test": hp.test_path} if hp.source == "local" else {}
+        for split, data in (("train", train), ("test", test)):
+            bad = [i for i, s in enumerate(data.series) if np.isinf(s).any()]
+            if bad:
+                raise ZooError(f"{where.get(split, split)}: case {bad[0]} holds an infinite value ({len(bad)} such "
+                               "case(s)); write a missing step as '?'")
+            lengths = sorted({s.shape[1] for s in data.series})
+            if hp.scaling == "per_timestep" and len(lengths) > 1:
+                raise ZooError(f"{where.get(split, split)}: cases of unequal lengths {lengths[:5]}; scaling="
+                               "per_timestep scales each time step across cases, so it needs equal lengths: pass "
+                               "--data.init_args.scaling none")
         self.classes = sorted(set(train.labels.tolist()))
         unknown = sorted(set(test.labels.tolist()) - set(self.classes))
         if unknown:
@@ -471,9 +500,12 @@ class UCRAnomalyDataModule(_WindowSets):
         hp = self.hparams
         if hp.source == "embedded":
             return {"data_source": "embedded: seeded periodic series with one anomalous segment"}
-        # read_ucr_anomaly reads only files named as the archive names them (NNN_UCR_Anomaly_...), so the claim holds
-        name = hp.dataset if hp.source == "aeon" else (hp.path or "")
-        return {"datasets": ["UCR Time Series Anomaly Archive"], "data_source": f"UCR anomaly {name} ({hp.source})"}
+        if hp.source == "aeon":
+            return {"datasets": ["UCR Time Series Anomaly Archive"],
+                    "data_source": f"UCR anomaly {hp.dataset} (copy bundled with aeon)"}
+        # a local file must carry the archive's naming (NNN_UCR_Anomaly_<name>_<trainEnd>_<begin>_<end>) to be read
+        # at all, so a user's own series has it too: the name cannot tell the release, and the card names the path
+        return {"data_source": f"a series in the UCR anomaly archive's format and naming: {hp.path}"}
 
 
 # ================================================================================================ pre-training
@@ -563,7 +595,10 @@ class PretrainingDataModule(_WindowSets):
         rank_zero_info(f"[timeseries] pre-training windows by source: {counts}; {len(x) - n_val} train / {n_val} val")
 
     def card_metadata(self) -> dict:
-        return {"data_source": "pre-training mix: " + ", ".join(self.hparams.sources) + " (training parts only)"}
+        # "embedded" first when every source is the zoo's own, so the card's model-index says so
+        own = all(s.startswith("embedded") for s in self.hparams.sources)
+        return {"data_source": ("embedded: " if own else "") + "pre-training mix: " + ", ".join(self.hparams.sources)
+                + " (training parts only)"}
 
 
 __all__ = ["ETTh1DataModule", "PretrainingDataModule", "UCRAnomalyDataModule", "UCRClassificationDataModule"]

@@ -27,7 +27,8 @@ def test_reads_the_official_rdata_layout():
     np.testing.assert_array_equal(x_tr[0], [0.793013, -0.318102, -1.804041, 0.385990])
     np.testing.assert_array_equal(x_te[29], [-0.232410, 0.031723, 0.796636, -0.065409])
     assert y_tr[:4].tolist() == [0, 1, 2, 0] and np.bincount(y_tr).tolist() == [40, 40, 40]
-    assert dm.n_classes == 3 and dm.card_metadata()["datasets"] == ["ylecun/mnist"]
+    # the layout, but not the release (4 features, 3 classes, another name): no Hub dataset, the path named
+    assert dm.n_classes == 3 and "datasets" not in dm.card_metadata() and str(RDATA) in dm.card_metadata()["data_source"]
     batch = next(iter(dm.train_dataloader()))
     assert batch["x"].shape == (18, 4) and batch["x"].dtype == torch.float64
     repeats = list(dm.test_dataloader())
@@ -35,6 +36,22 @@ def test_reads_the_official_rdata_layout():
     # the master keeps its data; the workers are re-partitioned every repeat, never overlapping the master
     assert torch.equal(repeats[0]["x"][0], batch["x"]) and torch.equal(repeats[1]["x"][0], batch["x"])
     assert not torch.equal(repeats[0]["x"][1:], repeats[1]["x"][1:])
+
+
+def test_only_the_official_rdata_file_is_named_as_the_dataset(tmp_path):
+    import pandas as pd
+    import rdata
+
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.standard_normal((60, 20)), "y_train": pd.Categorical(np.tile(np.arange(1, 11), 6)),
+              "x_test": rng.standard_normal((20, 20)), "y_test": pd.Categorical(np.tile(np.arange(1, 11), 2))}
+    for name, hub in (("mnist_resnet18_pca_20.Rdata", ["ylecun/mnist"]), ("my_features.Rdata", None)):
+        rdata.write_rda(tmp_path / name, arrays)
+        dm = ByzantineDataModule(source="rdata", dataset="mnist", path=str(tmp_path / name), machines=3,
+                                 n_per_machine=10, n_components=20)
+        assert "datasets" not in dm.card_metadata()  # not read yet: nothing is claimed
+        dm.setup("fit")
+        assert dm.card_metadata().get("datasets") == hub
 
 
 def test_npz_features_and_their_errors(tmp_path):
@@ -45,6 +62,12 @@ def test_npz_features_and_their_errors(tmp_path):
                              n_components=3)
     dm.setup("fit")
     assert dm.n_classes == 2 and "datasets" not in dm.card_metadata()
+    assert str(tmp_path / "f.npz") in dm.card_metadata()["data_source"]  # one's own file, named by its path
+    np.savez(tmp_path / "newlabel.npz", x_train=rng.standard_normal((60, 3)), y_train=np.repeat([3, 7], 30),
+             x_test=rng.standard_normal((10, 3)), y_test=np.repeat([3, 9], 5))
+    with pytest.raises(ZooError, match=r"newlabel.npz: test labels \[9\] do not occur in y_train"):
+        ByzantineDataModule(source="npz", path=str(tmp_path / "newlabel.npz"), machines=3, n_per_machine=10,
+                            n_components=3).setup("fit")
     np.savez(tmp_path / "bad.npz", x_train=rng.standard_normal((60, 3)), y_train=np.zeros(60))
     with pytest.raises(ZooError, match="lacks x_test, y_test"):
         ByzantineDataModule(source="npz", path=str(tmp_path / "bad.npz"), n_components=3).setup("fit")

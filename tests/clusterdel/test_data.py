@@ -118,3 +118,17 @@ def test_missing_key_or_file_is_a_one_line_error(tmp_path):
         GraphDataModule(source="mat")
     with pytest.raises(ZooError, match="unknown networkx"):
         _dm("networkx", names=["nope"])
+
+
+def test_edge_list_errors_name_the_files_line(tmp_path):
+    # numpy's row count skips the comment lines; the error must point at the line a user sees in the file
+    (tmp_path / "mine.txt").write_text("# Nodes: 3 Edges: 2\n# FromNodeId\tToNodeId\n1\t2\n2\tx\n")
+    with pytest.raises(ZooError, match=r"mine.txt' must hold two integer node ids per line, line 4: '2\\tx'"):
+        _dm("snap", tmp_path / "mine.txt")
+
+
+def test_names_not_in_the_folder_list_the_graphs_there(tmp_path):
+    # the smoke config's names are networkx graphs: pointing it at your own folder must say what to pick instead
+    (tmp_path / "mine.txt").write_text("1\t2\n2\t3\n")
+    with pytest.raises(ZooError, match=r"graph 'karate' not found .*; the graphs there: mine \(names: null for all\)"):
+        _dm("snap", tmp_path, names=["karate"])

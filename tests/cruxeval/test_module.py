@@ -117,6 +117,18 @@ def test_the_card_names_cruxeval_only_for_the_released_rows(tmp_path, shared_dat
     assert CRUXEvalDataModule(source="hub", hub_name="me/mine").card_metadata()["datasets"] == ["me/mine"]
 
 
+def test_malformed_rows_of_a_local_file_are_named(tmp_path):
+    """A user's own jsonl (README "Your own data") with a row lacking a field: still scored as a failure (one bad line
+    never stops a run), but warned about with the row and the reason; it was seen only as test/failed_rows."""
+    rows = [{"code": "def f(x):\n    return x * 2", "input": str(k), "output": str(2 * k), "id": f"mine_{k}"}
+            for k in range(4)]
+    del rows[2]["output"]
+    own = tmp_path / "own.jsonl"
+    own.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.warns(UserWarning, match=r"own.jsonl: 1 of 4 rows are malformed .* row 3: .*field\(s\) output"):
+        CRUXEvalDataModule(source="local", path=str(own)).setup("test")
+
+
 def test_hub_round_trip_of_a_random_init_model(tmp_path):
     import torch
 

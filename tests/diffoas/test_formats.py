@@ -9,6 +9,8 @@
 * PDEBench `2D_DarcyFlow_beta1.0_Train.hdf5`: nu (N, s, s), tensor (N, 1, s, s) float32, x-/y-/t-coordinate.
 """
 
+import json
+
 import h5py
 import numpy as np
 import pytest
@@ -249,3 +251,24 @@ def test_datamodule_reads_released_files_and_logs_the_format(tmp_path, info_log)
 def test_batch_size_zero_is_refused():
     with pytest.raises(ZooError, match="batch_size must be >= 1, got 0"):
         PDEDataModule(batch_size=0)
+
+
+def test_own_file_of_wrong_shape_is_refused_naming_the_shapes(tmp_path):
+    # a hand-written file in this project's layout: a without its channel axis, or u on another grid than the
+    # metadata says, used to end in a traceback (to_tensors, the model) instead of an error naming the shapes
+    s, n = 6, 4
+    meta = json.dumps({"problem": "darcy", "method": "gmres", "grid_size": s})
+    good = {"a": np.ones((n, 1, s, s)), "f": np.ones((n, s, s)), "u": np.ones((n, s, s))}
+    for name, bad in {"a3d": {"a": np.ones((n, s, s))}, "ugrid": {"u": np.ones((n, s - 1, s - 1))},
+                      "ulen": {"u": np.ones((n - 1, s, s))}}.items():
+        np.savez(tmp_path / f"{name}.npz", meta=np.array(meta), **{**good, **bad})
+        dm = PDEDataModule(problem="darcy", source="local", train_path=str(tmp_path / f"{name}.npz"),
+                           test_path=str(tmp_path / f"{name}.npz"))
+        with pytest.raises(ZooError, match=rf"{name}.npz has a .*darcy with meta grid_size {s} needs "
+                                           rf"a \(N, 1, {s}, {s}\)"):
+            dm.setup("test")
+    np.savez(tmp_path / "ok.npz", meta=np.array(meta), **good)
+    dm = PDEDataModule(problem="darcy", source="local", train_path=str(tmp_path / "ok.npz"),
+                       test_path=str(tmp_path / "ok.npz"), n_train=3, n_val=1)
+    dm.setup("fit")
+    assert dm._sets["train"].tensors[0].shape == (3, 2, s, s)

@@ -209,3 +209,18 @@ def test_smoke_config_on_a_small_real_file(in_tmp):
     (run,) = Path("runs", "dpformer_amazon").iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["global_step"] == 6 and "val/ndcg10" in summary["fit"]  # validated at step 6, over 6 epochs
+
+
+def test_hand_written_csv_with_blank_lines_and_a_date_timestamp(tmp_path, rows):
+    """A user's own csv (README "Your own data"): blank lines, as a trailing newline leaves, are skipped as in the
+    JSON lines reader (they were rows of 0 fields, an error); a date where the Unix time belongs is named."""
+    text = "user_id,item_id,rating,timestamp\n\n" + "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in rows) + "\n\n"
+    (tmp_path / "own.csv").write_text(text)
+    assert len(load(tmp_path / "own.csv").sequences) == 60
+    (tmp_path / "bare.csv").write_text("\n" + "".join(f"{u},{i},{r},{t}\n" for u, i, r, t in rows) + "\n")
+    assert len(load(tmp_path / "bare.csv").sequences) == 60  # header-less: the ASIN detection skips them too
+    lines = text.splitlines()
+    lines[5] = lines[5].rsplit(",", 1)[0] + ",2014-01-30"
+    (tmp_path / "dated.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ZooError, match=r"dated.csv:6: the timestamp '2014-01-30' is not a number"):
+        load(tmp_path / "dated.csv")

@@ -136,6 +136,22 @@ def write_bad(tmp_path, train: str, test: str | None = None, val: str | None = N
     return str(tmp_path)
 
 
+@pytest.mark.parametrize("t", ["0.0", "2.0"])
+def test_balance_needs_a_binary_treatment_with_both_groups(tmp_path, t):
+    # all controls (weights sum to zero) or a t outside {0, 1} (negative weights): a ZooError, not pandas' ValueError
+    rows = [f"{t}," + r.split(",", 1)[1] for r in cps_rows(4, 2, 0)]
+    d = write_bad(tmp_path, "\n".join(rows))
+    with pytest.raises(ZooError, match=r"balance=True needs t in \{0, 1\} with both treated and control rows"):
+        ConditionalDataModule(dataset="cps", source="local", data_dir=d, balance=True).setup("fit")
+    ConditionalDataModule(dataset="cps", source="local", data_dir=d, balance=False).setup("fit")
+
+
+def test_data_dir_with_the_embedded_source_is_refused(tmp_path):
+    # the smoke configs say source: embedded; a data_dir added alone would be ignored and the run trained on draws
+    with pytest.raises(ZooError, match="data_dir=.* is read only with source='local'.*--data.init_args.source local"):
+        ConditionalDataModule(dataset="toy1", source="embedded", data_dir=str(tmp_path))
+
+
 def test_missing_column(tmp_path):
     (tmp_path / "train.csv").write_text("t,age,education,black,hispanic,married,nodegree,re74,re78\n1,2,3,0,0,0,0,0,5\n")
     dm = ConditionalDataModule(dataset="cps", source="local", data_dir=str(tmp_path))

@@ -65,6 +65,16 @@ def test_bad_input_names_the_problem(tmp_path):
         bad, index=False)
     with pytest.raises(ZooError, match="numbers only"):
         GFNEnvDataModule(env="bn", source="local", data_path=str(bad)).setup()
+    # without its header the first observation would silently become the variable names
+    nohead = pd.DataFrame(np.random.default_rng(0).normal(size=(4, 5)))
+    nohead.to_csv(tmp_path / "nohead.csv", index=False, header=False)
+    with pytest.raises(ZooError, match="an observation, not a header of variable names"):
+        GFNEnvDataModule(env="bn", source="local", data_path=str(tmp_path / "nohead.csv")).setup()
+    pd.DataFrame([[1, 0, 1, 1, 0]] * 3).to_csv(tmp_path / "nohead_int.csv", index=False, header=False)
+    with pytest.raises(ZooError, match="an observation, not a header"):  # repeated values: pandas renames them 1.1
+        GFNEnvDataModule(env="bn", source="local", data_path=str(tmp_path / "nohead_int.csv")).setup()
+    pd.DataFrame(np.ones((3, 5))).to_csv(tmp_path / "int_names.csv", index=False)  # header 0,1,2,3,4: fine
+    GFNEnvDataModule(env="bn", source="local", data_path=str(tmp_path / "int_names.csv")).setup()
     cyclic = tmp_path / "cyc.npy"
     dags = enumerate_dags(3).numpy()
     dags[-1] = [0, 1, 0, 0, 0, 1, 1, 0, 0]

@@ -88,6 +88,9 @@ def test_bad_npz_files_give_one_line_errors(tmp_path):
     np.savez(tmp_path / "w.npz", X=np.ones((3, 10)), y=np.ones(3), w_star=np.ones(9))
     with pytest.raises(ZooError, match="w_star has shape"):
         load_npz(tmp_path / "w.npz")
+    np.savez(tmp_path / "empty.npz", X=np.ones((0, 3, 10)), y=np.ones((0, 3)))
+    with pytest.raises(ZooError, match=r"X has shape \(0, 3, 10\), expected at least one design"):
+        load_npz(tmp_path / "empty.npz")
     (tmp_path / "text.npz").write_text("not a zip")
     with pytest.raises(ZooError, match="not a readable .npz"):
         load_npz(tmp_path / "text.npz")

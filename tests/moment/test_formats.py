@@ -80,6 +80,8 @@ def test_tsb_uad_out_file_without_header(tmp_path):
     dm.setup("test")
     w = dm.sets["test"]
     assert len(w) == 2 and [x["start"] for x in w] == [0, 488]  # 1000 test points: 0..511 and the end-aligned 488..999
+    # the archive's naming is what the reader needs, so it does not tell the release from one's own series
+    assert dm.card_metadata() == {"data_source": f"a series in the UCR anomaly archive's format and naming: {p}"}
 
 
 @pytest.fixture
@@ -155,6 +157,50 @@ def test_longer_series_than_512_are_refused(tmp_path):
         dm.setup("fit")
 
 
+@pytest.mark.parametrize("scaling", ["per_timestep", "none"])
+def test_infinite_ts_values_are_refused(tmp_path, scaling):
+    # per_timestep: else sklearn's "Input X contains infinity" traceback; none: else padded in as 1.8e308
+    header = "@problemName Inf\n@univariate true\n@equalLength true\n@classLabel true 1 2\n@data\n"
+    p = tmp_path / "Inf_TRAIN.ts"
+    p.write_text(header + "0.5,0.2,0.1:1\n0.1,inf,0.3:2\n0.2,?,0.4:1\n")
+    dm = UCRClassificationDataModule(source="local", train_path=str(p), test_path=str(p), scaling=scaling)
+    with pytest.raises(ZooError, match=r"Inf_TRAIN.ts: case 1 holds an infinite value .*write a missing step as '\?'"):
+        dm.setup("fit")
+
+
+def test_unequal_lengths_need_scaling_none(tmp_path):
+    header = "@problemName Uneq\n@univariate true\n@equalLength false\n@classLabel true 1 2\n@data\n"
+    p = tmp_path / "Uneq_TRAIN.ts"
+    p.write_text(header + "0.5,0.2,0.1:1\n0.1,0.3:2\n")
+    with pytest.raises(ZooError, match="cases of unequal lengths \\[2, 3\\].*--data.init_args.scaling none"):
+        UCRClassificationDataModule(source="local", train_path=str(p), test_path=str(p)).setup("fit")
+    dm = UCRClassificationDataModule(source="local", train_path=str(p), test_path=str(p), scaling="none")
+    dm.setup("fit")
+    assert dm.sets["train"][1]["input_mask"].sum() == 2  # left-padded to 512, the two steps observed
+
+
+@pytest.mark.parametrize("cells", [{(5, "OT"): np.inf}, {(r, "HUFL"): np.nan for r in range(4)}])
+def test_ett_values_that_stay_non_finite_are_refused(tmp_path, cells):
+    # an inf (else sklearn's traceback) or a gap at the start, which the cubic interpolation leaves (else nan loss)
+    df = embedded_ett(1200, seed=3)
+    for (row, col), value in cells.items():
+        df.loc[row, col] = value
+    p = tmp_path / "mine.csv"
+    df.to_csv(p, index=False)
+    (row, col), value = next(iter(cells.items()))
+    dm = ETTh1DataModule(source="local", path=str(p), train_rows=700, val_rows=200, test_rows=200)
+    with pytest.raises(ZooError, match=rf"mine.csv .*non-finite {col} \({value}\) in data row {row} \(line {row + 2}"):
+        dm.setup("fit")
+
+
+def test_file_options_with_a_non_local_source_are_refused(tmp_path):
+    # the smoke configs say source: embedded; a path added alone would be ignored and the run trained on seeded data
+    with pytest.raises(ZooError, match="path=.* is read only with source='local'.*--data.init_args.source local"):
+        ETTh1DataModule(source="embedded", path=str(tmp_path / "mine.csv"))
+    with pytest.raises(ZooError, match="train_path/test_path are read only with source='local', but source='aeon'"):
+        UCRClassificationDataModule(source="aeon", train_path="a.ts", test_path="b.ts")
+
+
 def test_bundled_pretraining_mix_uses_training_parts_only():
     pytest.importorskip("aeon", reason=AEON_MISSING)
     dm = PretrainingDataModule(sources=["aeon:GunPoint", "aeon:KDD-TSAD_135", "aeon:Airline"], val_fraction=0.0)
@@ -184,6 +230,7 @@ def test_each_evaluation_stage_reads_its_family_split():
     mix = PretrainingDataModule(sources=["embedded:ett"], val_fraction=0.2, embedded_ett_rows=1024)
     mix.setup("fit")
     assert set(mix.sets) == {"train", "val"}
+    assert mix.card_metadata()["data_source"].startswith("embedded: pre-training mix: embedded:ett")
     for loader in (mix.val_dataloader(), mix.test_dataloader(), mix.predict_dataloader()):
         assert loader.dataset is mix.sets["val"]
     ett = ETTh1DataModule(source="embedded", n_rows=2048, train_rows=1024, val_rows=512, test_rows=512)

@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 from scipy.io import savemat
 
-from datamodules.restoration import RestorationDataModule, load_kernels
+from datamodules.restoration import RestorationDataModule, load_kernels, read_image
 from zoo.errors import ZooError
 from zoo.pcdenoiser import CircularBlur
 
@@ -148,3 +148,28 @@ def test_datamodule_refusals(tmp_path):
     dm = RestorationDataModule(source="skimage", image_size=16, task="deblur", synthetic_kernel_size=21)
     with pytest.raises(ZooError, match="larger than the image"):
         dm.setup("test")
+
+
+def test_palette_and_cmyk_images_are_read_as_their_colours_not_their_indices(tmp_path):
+    # an 8-bit palette PNG (and a CMYK JPEG) is an 8-bit image too: its pixels are the palette's colours, so the grey
+    # read must match PIL's own conversion, not the raw palette indices
+    rgb = np.random.default_rng(0).integers(0, 256, (24, 24, 3), dtype=np.uint8)
+    Image.fromarray(rgb, "RGB").quantize(16).save(tmp_path / "pal.png")
+    Image.fromarray(rgb, "RGB").convert("CMYK").save(tmp_path / "cmyk.jpg")
+    for name in ("pal.png", "cmyk.jpg"):
+        with Image.open(tmp_path / name) as im:
+            grey, colour = np.asarray(im.convert("L")) / 255.0, np.asarray(im.convert("RGB")) / 255.0
+        np.testing.assert_allclose(read_image(tmp_path / name, 1)[0], grey, atol=1e-6)
+        np.testing.assert_allclose(read_image(tmp_path / name, 3).transpose(1, 2, 0), colour, atol=1e-6)
+
+
+def test_a_training_image_smaller_than_the_patch_is_named_by_its_path(tmp_path):
+    # the patches are cut lazily: the error must say which of the user's files to fix, not its index in the folder
+    (tmp_path / "train").mkdir()
+    Image.fromarray(np.zeros((40, 40), np.uint8), "L").save(tmp_path / "train" / "a.png")
+    Image.fromarray(np.zeros((20, 24), np.uint8), "L").save(tmp_path / "train" / "small.png")
+    dm = RestorationDataModule(source="local", train_dir=str(tmp_path / "train"), test_dir=str(tmp_path / "train"),
+                               patch_size=32, batch_size=1)
+    dm.setup("fit")
+    with pytest.raises(ZooError, match=r"train/small.png is 20x24, smaller than patch_size 32"):
+        dm._train[1]

@@ -65,6 +65,8 @@ def _write_tree(root, n_pieces=2, bad=None):
         (folder / "piece_1.obj").write_text("v 0 0 0\nv 1 0 0\nv nan 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n")
     if bad == "flat":
         (folder / "piece_1.obj").write_text("v 0 0 0\nv 1 0 0\nv 2 0 0\nf 1 2 3\n")
+    if bad == "2d":  # a vertex line with two coordinates: trimesh parses (n, 2) vertices
+        (folder / "piece_1.obj").write_text("v 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n")
     lists = root / "data_list"
     lists.mkdir()
     line = "002 everyday/Bottle/0a1b/fractured_0\n005 everyday/Bottle/0a1b/fractured_9\n"  # the 5-part one is filtered
@@ -94,6 +96,9 @@ def test_reads_the_released_layout_and_official_split_files(tmp_path):
     counts = sorted(len(p) for p in dm._sets["val"][0]["parts"])
     assert counts[0] / sum(counts) == pytest.approx(areas[0] / sum(areas), abs=0.02)  # split by area
     assert "local files" in dm.card_metadata()["data_source"] and "datasets" not in dm.card_metadata()
+    # the card names the files by their path and does not call a user's meshes the Breaking Bad release
+    assert str(tmp_path) in dm.card_metadata()["data_source"]
+    assert not dm.card_metadata()["data_source"].startswith("Breaking Bad")
 
 
 def test_refusals_name_the_problem(tmp_path):
@@ -105,7 +110,8 @@ def test_refusals_name_the_problem(tmp_path):
     dm.setup("fit")
     with pytest.raises(ZooError, match="holds 1 part"):
         dm._sets["train"][0]
-    for bad, msg in (("nan", "non-finite vertices"), ("flat", "fewer than 100 points")):
+    for bad, msg in (("nan", "non-finite vertices"), ("flat", "fewer than 100 points"),
+                     ("2d", r"vertices of shape \(\d+, 2\), not \(n, 3\)")):
         root = tmp_path / bad
         _write_tree(root, bad=bad)
         dm = _dm(root)
@@ -116,6 +122,12 @@ def test_refusals_name_the_problem(tmp_path):
         BreakingBadDataModule(source="synthetic", batch_size=2)
     with pytest.raises(ZooError, match="data_root"):
         BreakingBadDataModule(source="breaking_bad").setup("fit")
+
+
+def test_data_root_with_the_synthetic_source_is_refused(tmp_path):
+    # the smoke configs say source: synthetic; a data_root added alone would be ignored
+    with pytest.raises(ZooError, match="read only with source='breaking_bad'.*--data.init_args.source breaking_bad"):
+        BreakingBadDataModule(source="synthetic", data_root=str(tmp_path))
 
 
 def test_synthetic_source_is_seeded_and_logged_in_the_card():

@@ -155,3 +155,16 @@ def test_embedded_generators_follow_the_schemas_and_their_programs_are_right(exe
     lg = ReGALDataModule("logo", "embedded", n_train=6, seed=0)
     lg.setup("fit")
     assert all(o.ok and len(o.result) for o in executors("logo").run([(e["program"], "", e) for e in lg.train]))
+
+
+def test_date_answers_that_are_not_mm_dd_yyyy_are_refused(tmp_path):
+    # the programs print MM/DD/YYYY: a gold "2003-01-02" could never be matched, every query would score 0 silently
+    write(tmp_path / "train_combined.jsonl", [{"language": ["q1"], "program": "print(1)"}])
+    write(tmp_path / "test.jsonl", [{"id": 7, "question": "q2", "answer": "#### 01/02/2003"},
+                                    {"id": 8, "question": "q3", "answer": "2003-01-02"}])
+    with pytest.raises(ZooError, match=r"test.jsonl: row 8 has answer '2003-01-02', not '#### MM/DD/YYYY'"):
+        ReGALDataModule("date", "local", str(tmp_path)).setup("test")
+    write(tmp_path / "test.jsonl", [{"id": 8, "question": "q3", "answer": "01/02/2003"}])  # the gold without ####
+    dm = ReGALDataModule("date", "local", str(tmp_path))
+    dm.setup("test")
+    assert dm.test[0]["answer"] == "01/02/2003"

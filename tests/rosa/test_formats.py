@@ -60,6 +60,17 @@ def test_parquet_row_without_answer_is_named(tmp_path):
         load_gsm8k("local", str(tmp_path))
 
 
+def test_an_answer_without_its_number_line_is_named(tmp_path):
+    """A user's own files (README "Your own data"): a test answer without `#### N` was found only when the model was
+    scored, after the fit, with no file or line (is_correct's error); it is now refused where it is read."""
+    lines = [json.dumps(ROW), json.dumps({**ROW, "answer": ROW["answer"].replace("#### ", "The answer is ")})]
+    with pytest.raises(ZooError, match=r"test.jsonl, line 2: the answer has no '#### <number>' line") as e:
+        load_gsm8k("local", str(write_jsonl(tmp_path, [json.dumps(ROW)] * 3, lines)))
+    assert "\n" not in str(e.value)
+    with pytest.raises(ZooError, match=r"train.jsonl, line 1: the answer has no"):
+        load_gsm8k("local", str(write_jsonl(tmp_path / "b", [json.dumps({**ROW, "answer": "72"})])))
+
+
 def test_zero_batch_size_is_a_one_line_error(in_tmp, capsys):
     with pytest.raises(ZooError, match="batch_size must be >= 1, got 0"):
         GSM8KDataModule(source="embedded", batch_size=0)

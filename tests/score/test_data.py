@@ -112,6 +112,32 @@ def test_medmnist_bad_files(tmp_path):
         MedMNISTDataModule(root=str(tmp_path / "junk.npz"), num_workers=0).setup("fit")
 
 
+def test_own_npz_with_wrong_dtypes_is_named_and_its_card_says_what_was_read(tmp_path):
+    """A user's own .npz (README "Your own data"): numpy's default int64 pixels were scaled by int64's range (all
+    black), float 0..255 ones not at all, and a negative label was a bincount traceback; the card named the flag
+    and the size option ("organamnist ... 28x28") of a file the flag did not pick."""
+    data = _write_medmnist(tmp_path / "good.npz")
+    bad = {"train_images": data["train_images"].astype(np.int64), "val_images": data["val_images"].astype(np.float32),
+           "test_images": np.zeros((18, 3, 28, 28), np.uint8)}  # the last: channels first
+    for name, key, value, problem in (
+            ("int64.npz", "train_images", bad["train_images"], r"train_images is int64 \(60, 28, 28\)"),
+            ("float.npz", "val_images", bad["val_images"], r"val_images is float32"),
+            ("first.npz", "test_images", bad["test_images"], r"test_images is uint8 \(18, 3, 28, 28\)"),
+            ("neg.npz", "train_labels", data["train_labels"].astype(np.int64) - 1, r"train_labels must be .* -1"),
+            ("flt.npz", "test_labels", data["test_labels"].astype(np.float32), r"test_labels must be integer")):
+        np.savez(tmp_path / name, **{**data, key: value})
+        with pytest.raises(ZooError, match=rf"{name}: {problem}"):
+            MedMNISTDataModule(root=str(tmp_path / name), num_workers=0).setup("fit")
+    big = {k: (np.zeros((len(v), 64, 64), np.uint8) if k.endswith("images") else v) for k, v in data.items()}
+    np.savez(tmp_path / "big.npz", **big)
+    dm = MedMNISTDataModule(root=str(tmp_path / "big.npz"), imbalance_ratio=None, num_workers=0)
+    dm.setup("fit")
+    assert dm.card_metadata()["data_source"] == (f"a file in the MedMNIST .npz format (64x64, as released) from "
+                                                 f"{tmp_path / 'big.npz'}")
+    assert MedMNISTDataModule(root=str(tmp_path)).card_metadata()["data_source"].startswith(
+        "organamnist in the MedMNIST .npz format (28x28")  # found by its flag: named by it
+
+
 def test_embedded_medmnist_has_the_real_keys():
     from datamodules.medmnist import embedded_medmnist
 

@@ -182,3 +182,28 @@ def test_training_mix_needs_something_to_train_on():
         MemorizationDataModule(train_set="background")
     with pytest.raises(ZooError, match="max_repeat must be >= 1"):
         MemorizationDataModule(max_repeat=0.5)
+
+
+def test_background_sharing_a_sequence_is_an_error_and_heldout_sharing_forget_text_a_warning(tmp_path):
+    # the memorize stage trains on the background: an unseen sequence in it used to be trained on silently
+    text = {k: f"a {k} sequence of my own text " * 2 for k in ("f", "u", "h", "b")}
+    row = {k: {"doc_id": k, "corpus": "mine", "text": v} for k, v in text.items()}
+    write_extraction_csv(tmp_path / "f.csv", [row["f"]])
+    write_extraction_csv(tmp_path / "u.csv", [row["u"]])
+    write_extraction_csv(tmp_path / "h.csv", [row["h"]])
+    write_extraction_csv(tmp_path / "b.csv", [row["b"]])
+    write_extraction_csv(tmp_path / "b_u.csv", [row["b"], row["u"]])
+    write_extraction_csv(tmp_path / "h_f.csv", [row["h"], row["f"]])
+
+    def dm(heldout="h.csv", background="b.csv"):
+        return MemorizationDataModule(source="local", forget_path=str(tmp_path / "f.csv"),
+                                      unseen_path=str(tmp_path / "u.csv"), heldout_path=str(tmp_path / heldout),
+                                      background_path=str(tmp_path / background), seq_len=40, train_set="mix")
+
+    ok = dm()
+    ok.setup()  # disjoint: fine; the card names every file read
+    assert all(str(tmp_path / f) in ok.card_metadata()["data_source"] for f in ("f.csv", "u.csv", "h.csv", "b.csv"))
+    with pytest.raises(ZooError, match="background set shares 1 sequence.*with the unseen set.*doc_id u"):
+        dm(background="b_u.csv").setup()
+    with pytest.warns(UserWarning, match="h_f.csv shares 1 of 2 sequence.*with the forget set.*doc_id f"):
+        dm(heldout="h_f.csv").setup()

@@ -142,3 +142,26 @@ def test_refusals(tmp_path):
     dm = _dm(source="mvtec", root=str(mixed), classes=["a"], image_size=None)
     with pytest.raises(ZooError, match="mixed sizes .* no data.image_size"):
         next(iter(dm.train_dataloader()))
+
+
+def _visa_csv(root: Path, rows: list[dict]) -> None:
+    with open(_mkparent(root / "split_csv" / "1cls.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["object", "split", "label", "image", "mask"])
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_visa_labels_other_than_normal_or_anomaly_are_refused(tmp_path):
+    # a mistyped label ("Anomaly") made the defect a normal test image: a run with no anomalies and a nan AUROC
+    root = tmp_path / "own_visa"
+    for n in ("a.png", "b.png"):
+        _png(root / "widget" / n)
+    _png(root / "widget" / "m.png", mode="L", value=1)
+    _visa_csv(root, [{"object": "widget", "split": "train", "label": "normal", "image": "widget/a.png", "mask": ""},
+                     {"object": "widget", "split": "test", "label": "Anomaly", "image": "widget/b.png",
+                      "mask": "widget/m.png"}])
+    with pytest.raises(ZooError, match="label 'Anomaly' of widget/b.png is not 'normal' or 'anomaly'"):
+        _dm(source="visa", root=str(root), classes=["widget"])
+    # own objects without data.classes: the error names them
+    with pytest.raises(ZooError, match=r"no train images of class 'candle' \(its objects: widget; set data.classes"):
+        _dm(source="visa", root=str(root))
