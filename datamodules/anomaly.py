@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as L
 import numpy as np
@@ -29,7 +29,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import reading, train_loader
+from zoo.data import reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
@@ -42,6 +42,7 @@ MPDD_CLASSES = ("bracket_black", "bracket_brown", "bracket_white", "connector", 
 TEXTURES = ("brick", "grass", "gravel")
 SCRATCH_COLOURS = np.array([[0.9, 0.15, 0.1], [0.1, 0.75, 0.2], [0.15, 0.3, 0.95]], np.float32)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+VISA_SPLIT_CSV = "split_csv/1cls.csv"
 
 
 @dataclass
@@ -210,12 +211,19 @@ class AnomalyDataModule(L.LightningDataModule):
         crop, n_train, n_test, anomaly_fraction: the texture set (per class).
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"root": ("mvtec", "visa", "mpdd"),
+                                                          "visa_split_csv": ("visa",)}
+
     def __init__(self, source: Literal["mvtec", "visa", "mpdd", "textures"] = "textures", root: Optional[str] = None,
                  classes: Optional[list[str]] = None, image_size: Optional[int] = 224, batch_size: int = 8,
                  num_workers: int = 0, seed: int = 0, crop: int = 64, n_train: int = 64, n_test: int = 32,
-                 anomaly_fraction: float = 0.5, visa_split_csv: str = "split_csv/1cls.csv"):
+                 anomaly_fraction: float = 0.5, visa_split_csv: str = VISA_SPLIT_CSV):
         super().__init__()
         self.save_hyperparameters()
+        # visa_split_csv has a default: only another value names a file of the user's
+        refuse_unread_files(source, self.FILE_OPTIONS, {
+            "root": root, "visa_split_csv": None if visa_split_csv == VISA_SPLIT_CSV else visa_split_csv})
         self.class_names: list[str] = []
         self._sets: dict[str, AnomalyDataset] = {}
 

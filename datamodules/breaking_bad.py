@@ -23,7 +23,7 @@ is x = R_i (p - c_i)), ``anchor`` (index of the part with the largest area), ``n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as L
 import numpy as np
@@ -33,7 +33,7 @@ from scipy.spatial import cKDTree
 from scipy.spatial.transform import Rotation
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import SplitLoaders, reading, train_loader
+from zoo.data import SplitLoaders, reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 
 HOW_TO_GET = ("download the volume-constrained Breaking Bad dataset (breaking-bad-dataset.github.io) and point "
@@ -249,6 +249,10 @@ class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
     batch_size: must be 1 (PMTR processes one sample per step, as the official code).
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"data_root": ("breaking_bad",),
+                                                          "split_dir": ("breaking_bad",)}
+
     def __init__(
         self,
         source: Literal["breaking_bad", "synthetic"] = "breaking_bad",
@@ -271,10 +275,7 @@ class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        # a config's `source: synthetic` would otherwise silently train on seeded fractures, not the files named
-        if source == "synthetic" and (data_root or split_dir):
-            raise ZooError("data_root/split_dir are read only with source='breaking_bad', but source='synthetic': "
-                           "pass --data.init_args.source breaking_bad")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"data_root": data_root, "split_dir": split_dir})
         if batch_size != 1:
             raise ZooError(f"batch_size must be 1 (PMTR matches one pair per step, as the official code), got "
                            f"{batch_size}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning as L
 import numpy as np
@@ -32,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from zoo.backbones import timm_model
-from zoo.data import reading, train_loader
+from zoo.data import reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError, flat
 
 FeatureSource = Literal["torchvision", "rdata", "npz", "digits"]
@@ -275,6 +275,9 @@ class ByzantineDataModule(L.LightningDataModule):
         seed: partitions and draws.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`; cache_dir is a cache, not the data)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"root": ("torchvision",), "path": ("rdata", "npz")}
+
     def __init__(
         self,
         source: Literal["torchvision", "rdata", "npz", "digits", "gaussian"] = "digits",
@@ -297,6 +300,7 @@ class ByzantineDataModule(L.LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
+        refuse_unread_files(source, self.FILE_OPTIONS, {"root": root, "path": path})
         if machines < 2 or n_per_machine < 2 or n_repeats < 1:
             raise ZooError(f"need machines >= 2, n_per_machine >= 2, n_repeats >= 1; got {machines}, "
                            f"{n_per_machine}, {n_repeats}")
@@ -412,6 +416,8 @@ class MachineShardDataModule(L.LightningDataModule):
         batch_size: per-rank batch (default: the whole shard, full-batch gradient descent). seed: partition.
     """
 
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = ByzantineDataModule.FILE_OPTIONS
+
     def __init__(
         self,
         source: FeatureSource = "digits",
@@ -430,6 +436,7 @@ class MachineShardDataModule(L.LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
+        refuse_unread_files(source, self.FILE_OPTIONS, {"root": root, "path": path})
         if machines < 1 or n_per_machine < 1 or (batch_size is not None and batch_size < 1):
             raise ZooError(f"need machines >= 1, n_per_machine >= 1, batch_size >= 1; got {machines}, "
                            f"{n_per_machine}, {batch_size}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal, Optional, Sequence
+from typing import ClassVar, Literal, Optional, Sequence
 
 import lightning as L
 import numpy as np
@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
-from zoo.data import train_loader
+from zoo.data import refuse_unread_files, train_loader
 from zoo.errors import ZooError
 
 CIFAR_STATS = {
@@ -28,6 +28,7 @@ CIFAR_STATS = {
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 _CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
+CIFAR_ROOT = "data/cifar"
 
 
 def long_tail_counts(n_max: int, num_classes: int, imbalance_ratio: float, profile: str = "exp",
@@ -110,6 +111,7 @@ def build_transforms(augment: str, size: int, mean, std, hflip: bool = True):
 class LongTailDataModule(L.LightningDataModule):
     """Shared plumbing: long-tail the training split, two-view training loader, balanced eval loaders."""
 
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {}  # no source switch here: the subclasses declare theirs
     num_classes: int
     train_class_counts: list[int]
 
@@ -178,8 +180,11 @@ class CIFARLTDataModule(LongTailDataModule):
         augment: "supcon" (two-crop recipe), "light" (crop only) or "none".
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"root": ("local",)}
+
     def __init__(self, dataset: Literal["cifar10", "cifar100"] = "cifar10",
-                 source: Literal["local", "embedded"] = "local", root: str = "data/cifar",
+                 source: Literal["local", "embedded"] = "local", root: str = CIFAR_ROOT,
                  imbalance_ratio: Optional[float] = 100.0, imbalance_type: Literal["exp", "step"] = "exp",
                  step_classes: Optional[list[int]] = None, batch_size: int = 512,
                  eval_batch_size: Optional[int] = None, num_workers: int = 4, n_views: int = 2,
@@ -191,6 +196,8 @@ class CIFARLTDataModule(LongTailDataModule):
             raise ZooError(f"unknown dataset {dataset!r}; choose 'cifar10' or 'cifar100'")
         if source not in ("local", "embedded"):
             raise ZooError(f"unknown source {source!r}; choose 'local' or 'embedded'")
+        # root has a default folder: only another value names the user's files
+        refuse_unread_files(source, self.FILE_OPTIONS, {"root": None if root == CIFAR_ROOT else root})
         self.dataset, self.source, self.root, self.image_size = dataset, source, root, image_size
 
     def card_metadata(self) -> dict:

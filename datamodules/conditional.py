@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import lightning.pytorch as L
 import numpy as np
@@ -35,7 +35,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from zoo.data import SplitLoaders, train_loader
+from zoo.data import SplitLoaders, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.gentle import simulators as sim
 
@@ -138,6 +138,9 @@ class ConditionalDataModule(SplitLoaders, L.LightningDataModule):
         ``seed_everything`` value, which Lightning exports as ``PL_GLOBAL_SEED``), so a sweep's seeds redraw the data.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"data_dir": ("local",)}
+
     def __init__(
         self,
         dataset: Literal["cps", "ecm", "toy1", "toy2"] = "toy1",
@@ -162,10 +165,7 @@ class ConditionalDataModule(SplitLoaders, L.LightningDataModule):
             raise ZooError(f"unknown dataset {dataset!r}: choose one of {sorted(SCHEMAS)}")
         if source not in ("local", "embedded"):
             raise ZooError(f"unknown data source {source!r}: choose 'local' or 'embedded'")
-        # a config's `source: embedded` would otherwise silently train on simulator draws, not the files named
-        if source == "embedded" and data_dir:
-            raise ZooError(f"data_dir={data_dir!r} is read only with source='local', but source='embedded' (seeded "
-                           "draws): pass --data.init_args.source local")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"data_dir": data_dir})
         if source == "local" and not data_dir:
             raise ZooError(f"source='local' needs data_dir, the folder with {dataset}'s train.csv, val.csv and "
                            f"test.csv (the official repository's datasets/{'cancer' if dataset == 'ecm' else dataset}/)")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from zoo.cruxeval.scoring import hub_rows, load_rows, row_problem
-from zoo.data import content_digest, reading
+from zoo.data import content_digest, reading, refuse_unread_files
 from zoo.errors import ZooError
 
 SAMPLE_PATH = Path(__file__).with_name("cruxeval_sample.jsonl")
@@ -78,12 +78,16 @@ class CRUXEvalDataModule(L.LightningDataModule):
         limit: evaluate only the first ``limit`` rows (None: all).
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("local",)}
+
     def __init__(self, source: Literal["hub", "local", "embedded"] = "hub", path: Optional[str] = None,
                  hub_name: str = HUB_NAME, split: str = "test", batch_size: int = 8,
                  limit: Optional[int] = None):
         super().__init__()
         if source not in ("hub", "local", "embedded"):
             raise ZooError(f"CRUXEval source must be 'hub', 'local' or 'embedded', got {source!r}")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
         if source == "local" and not path:
             raise ZooError("CRUXEval source 'local' needs data.path (a jsonl with code/input/output/id)")
         if batch_size < 1:

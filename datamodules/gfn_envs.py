@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import string
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import lightning.pytorch as L
 import networkx as nx
@@ -34,7 +34,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import train_loader
+from zoo.data import refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.gfnpg.bioseq import SEQUENCE_TASKS, sequence_env
 from zoo.gfnpg.bn import MAX_ENUMERATED_NODES, bge_local_scores, check_dag_list, enumerate_dags
@@ -150,6 +150,9 @@ class GFNEnvDataModule(L.LightningDataModule):
         ``seq_length``: the length of the embedded stand-in (source embedded).
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`; dag_list_path is read by both)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"data_path": ("local",), "oracle_path": ("local",)}
+
     def __init__(
         self,
         env: Literal["hypergrid", "bn", "bioseq"] = "hypergrid",
@@ -187,6 +190,12 @@ class GFNEnvDataModule(L.LightningDataModule):
                            "GFN-PG, gfn-pg/data_bio/)")
         if source not in ("embedded", "local"):
             raise ZooError(f"unknown source {source!r}: choose 'embedded' or 'local'")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"data_path": data_path, "oracle_path": oracle_path})
+        # each file also belongs to one environment: a BN data file under env bioseq would be ignored as silently
+        for name, value, reader in (("data_path", data_path, "bn"), ("oracle_path", oracle_path, "bioseq")):
+            if value and env != reader:
+                raise ZooError(f"{name}={value!r} is read only with env={reader!r}, but env={env!r}: pass "
+                               f"--data.init_args.env {reader}")
         if env == "hypergrid" and source != "embedded":
             raise ZooError("the hypergrid is computed, not read: use source: embedded")
         if env == "bn" and source == "local" and not data_path:

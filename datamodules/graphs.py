@@ -25,7 +25,7 @@ import gzip
 import io
 import tarfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import networkx as nx
@@ -36,7 +36,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from zoo.clusterdel.graph import Graph, as_graph, unique
-from zoo.data import reading
+from zoo.data import reading, refuse_unread_files
 from zoo.errors import ZooError
 
 NX_GRAPHS = {
@@ -234,12 +234,16 @@ class GraphDataModule(L.LightningDataModule):
         batch_size: graphs per test step.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("mat", "snap")}
+
     def __init__(self, source: Literal["mat", "snap", "networkx", "embedded"] = "mat", path: str | None = None,
                  names: list[str] | None = None, generators: list[dict[str, Any]] | None = None,
                  batch_size: int = 1):
         super().__init__()
         if source not in ("mat", "snap", "networkx", "embedded"):
             raise ZooError(f"graph source must be 'mat', 'snap', 'networkx' or 'embedded', got {source!r}")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
         if source in ("mat", "snap") and not path:
             raise ZooError(f"graph source {source!r} needs data.path (a folder or a file); "
                            + (GET_SMALLGRAPHS if source == "mat" else GET_SNAP))

@@ -20,14 +20,14 @@ import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import content_digest, reading, train_loader
+from zoo.data import content_digest, reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.rosa.gsm8k import ANS_RE, EVAL_TEMPLATE
 
@@ -204,6 +204,9 @@ def _eval_collate(rows: list[dict[str, str]]) -> dict[str, list[str]]:
 
 
 class GSM8KDataModule(L.LightningDataModule):
+    # the file options and the sources that read them (`refuse_unread_files`; the tokenizer is read by all)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("local",)}
+
     def __init__(
         self,
         source: Literal["hub", "local", "embedded"] = "hub",
@@ -248,6 +251,7 @@ class GSM8KDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("hub", "local", "embedded"):
             raise ZooError(f"unknown GSM8K source {source!r}; use 'hub', 'local' or 'embedded'")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
         for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
                             ("max_length", max_length)):
             if value < 1:

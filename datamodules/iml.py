@@ -8,19 +8,22 @@ definition with its source's tag and scores the ``question``/``answer`` pairs pe
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import train_loader
+from zoo.data import refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.iml.data import (PAPER_FRACS, IMLDataset, build_iml_dataset, cvdb_entities, fictional_cvdb, load_cvdb,
                           subset_sizes)
 
 
 class IMLDataModule(L.LightningDataModule):
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("local",)}
+
     def __init__(
         self,
         source: Literal["local", "embedded"] = "embedded",
@@ -73,6 +76,7 @@ class IMLDataModule(L.LightningDataModule):
         if batch_size < 1 or eval_batch_size < 1:
             raise ZooError(f"IMLDataModule: batch_size and eval_batch_size must be >= 1, got {batch_size}, "
                            f"{eval_batch_size}")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
         self.save_hyperparameters()
         self.fracs = {k: getattr(self.hparams, f"frac_{k}") for k in PAPER_FRACS}
         self.dataset: IMLDataset | None = None

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as L
 import numpy as np
@@ -50,7 +50,7 @@ from zoo.bggn.bias import (
     read_bias_table,
     split_seen_unseen,
 )
-from zoo.data import reading, train_loader
+from zoo.data import reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError, flat
 
 CELEBA_TARGET = "Attractive"
@@ -222,6 +222,10 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
         batch_size, num_workers: loaders.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`; embedding_cache is a cache, not the
+    # data, and embedding_model a model)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"root": ("celeba",), "csv_path": ("toxic",)}
+
     def __init__(self, source: Literal["celeba", "toxic", "synthetic"] = "synthetic", root: Optional[str] = None,
                  csv_path: Optional[str] = None, embedding_model: str = "distilbert-base-uncased",
                  embedding_cache: Optional[str] = None, sensitive: Optional[list[str]] = None,
@@ -232,11 +236,7 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("celeba", "toxic", "synthetic"):
             raise ZooError(f"source must be celeba, toxic or synthetic, got {source!r}")
-        # a config's `source: synthetic` would otherwise silently train on the planted benchmark, not the files named
-        if source == "synthetic" and (csv_path or root):
-            raise ZooError(f"{'csv_path' if csv_path else 'root'} is read only with source="
-                           f"{'toxic' if csv_path else 'celeba'}, but source='synthetic': pass --data.init_args.source "
-                           f"{'toxic' if csv_path else 'celeba'}")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"root": root, "csv_path": csv_path})
         self.names: list[str] = []
 
     def setup(self, stage: str) -> None:
@@ -360,6 +360,9 @@ class BiasTableDataModule(L.LightningDataModule):
         d, seed, n_extra, min_count, n_planted: the synthetic benchmark (as in `IntersectionalSamplesDataModule`).
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"table_path": ("table",)}
+
     def __init__(self, source: Literal["synthetic", "table"] = "synthetic", table_path: Optional[str] = None,
                  unseen_share: float = 0.3, split_seed: int = 0, batch_size: int = 64, bin_interval: float = 0.05,
                  n_bins: int = 10, iterations: Optional[int] = None, min_train_combinations: int = 1, d: int = 10,
@@ -371,10 +374,7 @@ class BiasTableDataModule(L.LightningDataModule):
         self.save_hyperparameters(ignore=synthetic_only if source == "table" else [])
         if source not in ("synthetic", "table"):
             raise ZooError(f"source must be synthetic or table, got {source!r}")
-        # a config's `source: synthetic` would otherwise silently train on the benchmark's table, not the file named
-        if source == "synthetic" and table_path:
-            raise ZooError("table_path is read only with source='table', but source='synthetic': pass "
-                           "--data.init_args.source table")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"table_path": table_path})
 
     def setup(self, stage: str) -> None:
         if getattr(self, "table", None) is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import zipfile
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import lightning as L
 import numpy as np
@@ -29,6 +29,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
+from zoo.data import refuse_unread_files
 from zoo.errors import ZooError
 
 LAWS = ("gaussian", "rademacher", "uniform")
@@ -139,6 +140,9 @@ class LinearDesignsDataModule(L.LightningDataModule):
         batch_size: instances per test batch.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("local",)}
+
     def __init__(self, source: Literal["generate", "local"] = "generate",
                  law: Literal["gaussian", "rademacher", "uniform"] = "gaussian", n: int = 200, d: int = 2000,
                  sigma: float = 0.5, w_star: Literal["e1", "sparse", "dense"] = "e1", sparsity: int = 5,
@@ -148,6 +152,7 @@ class LinearDesignsDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("generate", "local"):
             raise ZooError(f"unknown linear-design source {source!r}: choose 'generate' or 'local'")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
         if source == "local" and not path:
             raise ZooError("source='local' needs data.path: an .npz with X, y (and optionally w_star)")
         if source == "generate":

@@ -24,7 +24,7 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning as L
 import numpy as np
@@ -32,7 +32,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from zoo.data import reading, train_loader
+from zoo.data import reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.lm import right_pad
 from zoo.unlearning.metrics import check_disjoint
@@ -203,6 +203,10 @@ class GradedMixSampler(Sampler[int]):
 class MemorizationDataModule(L.LightningDataModule):
     """Forget / unseen / held-out (/ background) sets; the training loader serves `train_set`."""
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"forget_path": ("local",), "unseen_path": ("local",),
+                                                          "heldout_path": ("local",), "background_path": ("local",)}
+
     def __init__(
         self,
         source: Literal["local", "embedded"] = "embedded",
@@ -248,6 +252,9 @@ class MemorizationDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("local", "embedded"):
             raise ZooError(f"source must be 'local' or 'embedded', got {source!r}")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"forget_path": forget_path, "unseen_path": unseen_path,
+                                                        "heldout_path": heldout_path,
+                                                        "background_path": background_path})
         if train_set not in ("forget", "mix"):
             raise ZooError(f"train_set must be 'forget' (unlearning) or 'mix' (the memorize stage), got {train_set!r}")
         if seq_len < 2:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as L
 import numpy as np
@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.diffoas.formats import EXTERNAL_SOLVER
 from zoo.diffoas.generate import PDEData, generate, get_problem, load_dataset, save_dataset
-from zoo.data import SplitLoaders, reading, train_loader
+from zoo.data import SplitLoaders, reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 
 SOLVER_METHODS = ("gmres", "direct", EXTERNAL_SOLVER)
@@ -77,6 +77,10 @@ class PDEDataModule(SplitLoaders, L.LightningDataModule):
         scale (10,000 samples on a 252^2 grid are ~20 GB in float64).
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`; cache_dir is a cache, not the data: the
+    # configs set it for generate, and a user switching to local keeps it)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"train_path": ("local",), "test_path": ("local",)}
+
     def __init__(
         self,
         problem: Literal["darcy", "helmholtz", "diffusion"] = "darcy",
@@ -103,6 +107,7 @@ class PDEDataModule(SplitLoaders, L.LightningDataModule):
         self.problem = get_problem(problem)
         if source not in ("generate", "local"):
             raise ZooError(f"unknown PDE data source {source!r}: choose 'generate' or 'local'")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"train_path": train_path, "test_path": test_path})
         if source == "local" and (not train_path or not test_path):
             raise ZooError("source='local' needs train_path and test_path (write them with "
                            "`python -m zoo.diffoas.generate --out FILE ...`)")

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import lightning as L
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import reading
+from zoo.data import reading, refuse_unread_files
 from zoo.dpodiff.embedded import EMBEDDED_PROMPTS
 from zoo.errors import ZooError, flat
 
@@ -91,6 +91,9 @@ class PromptsDataModule(L.LightningDataModule):
         batch_size: prompts per step.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`; scores_path is read by all)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("diffusiondb", "coco", "text")}
+
     def __init__(self, source: Literal["diffusiondb", "coco", "text", "embedded"] = "embedded",
                  path: Optional[str] = None, max_prompts: Optional[int] = None, seed: int = 0,
                  scores_path: Optional[str] = None, filter: Literal["none", "above", "below"] = "none",
@@ -99,6 +102,7 @@ class PromptsDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("diffusiondb", "coco", "text", "embedded"):
             raise ZooError(f"source must be 'diffusiondb', 'coco', 'text' or 'embedded', got {source!r}")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
         if filter not in ("none", "above", "below"):
             raise ZooError(f"filter must be 'none', 'above' or 'below', got {filter!r}")
         if filter != "none" and not scores_path:

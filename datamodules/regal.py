@@ -14,13 +14,13 @@ from __future__ import annotations
 import random
 import re
 from datetime import date
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import reading, train_loader
+from zoo.data import reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.regal.cluster import make_tuples
 from zoo.regal.domains import DateDomain, LogoDomain, TextCraftDomain, extract_gold_answer
@@ -186,6 +186,10 @@ class ReGALDataModule(L.LightningDataModule):
         seed: embedded generator seed.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("local",), "train_file": ("local",),
+                                                          "test_file": ("local",)}
+
     def __init__(self, domain: Literal["logo", "date", "textcraft"] = "logo",
                  source: Literal["local", "embedded"] = "local", path: Optional[str] = None,
                  train_file: Optional[str] = None, test_file: Optional[str] = None, n_train: int = 12,
@@ -197,6 +201,7 @@ class ReGALDataModule(L.LightningDataModule):
             raise ZooError(f"ReGAL domain must be one of {sorted(FILES)}, got {domain!r}")
         if source not in ("local", "embedded"):
             raise ZooError(f"ReGAL source must be 'local' or 'embedded', got {source!r}")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path, "train_file": train_file, "test_file": test_file})
         if source == "local" and not path:
             raise ZooError("ReGAL source 'local' needs data.init_args.path (e.g. ../shared/data/regal/logo)")
         if max_tuple_size is not None and max_tuple_size < 1:

@@ -24,7 +24,7 @@ noise).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as L
 import numpy as np
@@ -33,7 +33,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import EpochSampler, reading, train_loader
+from zoo.data import EpochSampler, reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.pcdenoiser.denoisers import check_sigma
 from zoo.pcdenoiser.operators import BlurDownsample, CircularBlur, check_kernel
@@ -264,6 +264,10 @@ class RestorationDataModule(L.LightningDataModule):
     seed: seed of the patches, the test noise and the synthetic kernels.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`; kernels_path is read by both)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"train_dir": ("local",), "val_dir": ("local",),
+                                                          "test_dir": ("local",)}
+
     def __init__(
         self,
         source: Literal["local", "skimage"] = "local",
@@ -297,6 +301,8 @@ class RestorationDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("local", "skimage"):
             raise ZooError(f"unknown image source {source!r}: choose 'local' or 'skimage'")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"train_dir": train_dir, "val_dir": val_dir,
+                                                        "test_dir": test_dir})
         if channels not in (1, 3):
             raise ZooError(f"channels must be 1 or 3, got {channels}")
         for name, s in (("sigma_min", sigma_min), ("sigma_max", sigma_max), ("noise_sigma", noise_sigma),

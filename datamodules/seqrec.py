@@ -18,7 +18,7 @@ import re
 import zipfile
 from functools import partial
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as pl
 import numpy as np
@@ -26,7 +26,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import reading, train_loader
+from zoo.data import reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 
 _HOW_TO_GET = {
@@ -293,6 +293,9 @@ def collate(items: list[dict], template: dict) -> dict:
 
 
 class SeqRecDataModule(pl.LightningDataModule):
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("movielens", "amazon")}
+
     def __init__(
         self,
         source: Literal["movielens", "amazon", "embedded"] = "embedded",
@@ -328,6 +331,7 @@ class SeqRecDataModule(pl.LightningDataModule):
         super().__init__()
         if source not in ("movielens", "amazon", "embedded"):
             raise ZooError(f"SeqRecDataModule: source must be movielens, amazon or embedded, got {source!r}")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
         if source != "embedded" and not path:
             raise ZooError(f"SeqRecDataModule: source={source} needs path=...; {_HOW_TO_GET[source]}")
         if batch_size < 1 or eval_batch_size < 1 or max_len < 2:

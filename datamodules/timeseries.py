@@ -25,7 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from sklearn.preprocessing import StandardScaler
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import SplitLoaders, reading, train_loader
+from zoo.data import SplitLoaders, reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.moment.formats import (
     AEON_ANOMALY,
@@ -113,6 +113,8 @@ class _WindowSets(SplitLoaders, L.LightningDataModule):
     """What the four MOMENT datamodules share: `self.sets` by split, a shuffled (resumable) training loader and
     plain evaluation loaders (`EVAL_SPLITS`: which split each evaluation stage reads)."""
 
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {}  # no source switch here: the subclasses declare theirs
+
     def train_dataloader(self):
         return train_loader(self.sets["train"], self.hparams.batch_size, shuffle=True,
                             num_workers=self.hparams.num_workers)
@@ -136,6 +138,9 @@ class ETTh1DataModule(_WindowSets):
         n_rows: length of the embedded series.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("local",)}
+
     def __init__(self, source: Literal["local", "embedded"] = "local", path: str | None = None,
                  task: Literal["forecasting", "imputation"] = "forecasting", forecast_horizon: int = 192,
                  train_rows: int = 12 * 30 * 24, val_rows: int = 4 * 30 * 24, test_rows: int = 4 * 30 * 24,
@@ -147,10 +152,7 @@ class ETTh1DataModule(_WindowSets):
             raise ZooError(f"unknown ETTh1 source {source!r}: choose 'local' or 'embedded'")
         if source == "local" and not path:
             raise ZooError("source='local' needs path: ETTh1.csv (in the moment repo's data/ folder)")
-        # a config's `source: embedded` would otherwise silently train on the seeded series, not the file named
-        if source == "embedded" and path:
-            raise ZooError(f"path={path!r} is read only with source='local', but source='embedded' (a seeded series): "
-                           "pass --data.init_args.source local")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
         if task not in ("forecasting", "imputation"):
             raise ZooError(f"unknown task {task!r}: choose 'forecasting' or 'imputation'")
         if task == "forecasting" and forecast_horizon < 1:
@@ -276,6 +278,9 @@ class UCRClassificationDataModule(_WindowSets):
         embedded_*: sizes of the embedded generator.
     """
 
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"train_path": ("local",), "test_path": ("local",)}
+
     def __init__(self, source: Literal["local", "aeon", "sktime", "embedded"] = "local", dataset: str = "ECG5000",
                  train_path: str | None = None, test_path: str | None = None,
                  scaling: Literal["per_timestep", "none"] = "per_timestep", val_fraction: float = 0.0,
@@ -288,10 +293,7 @@ class UCRClassificationDataModule(_WindowSets):
             raise ZooError(f"unknown classification source {source!r}: choose local, aeon, sktime or embedded")
         if source == "local" and not (train_path and test_path):
             raise ZooError("source='local' needs train_path and test_path (<name>_TRAIN.ts, <name>_TEST.ts)")
-        # a config's `source: embedded` (or aeon) would otherwise silently read other data than the files named
-        if source != "local" and (train_path or test_path):
-            raise ZooError(f"train_path/test_path are read only with source='local', but source={source!r}: pass "
-                           "--data.init_args.source local")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"train_path": train_path, "test_path": test_path})
         if scaling not in ("per_timestep", "none"):
             raise ZooError(f"unknown scaling {scaling!r}: choose 'per_timestep' or 'none'")
         if not 0.0 <= val_fraction < 1.0:
@@ -453,6 +455,8 @@ class UCRAnomalyDataModule(_WindowSets):
 
     # the series' test part is all that is scored
     EVAL_SPLITS: ClassVar[dict[str, str]] = {"val": "test", "test": "test", "predict": "test"}
+    # the file options and the sources that read them (`refuse_unread_files`)
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"path": ("local",)}
 
     def __init__(self, source: Literal["local", "aeon", "embedded"] = "local", path: str | None = None,
                  dataset: str = "KDD-TSAD_135", train_stride: int = SEQ_LEN, batch_size: int = 64,
@@ -462,6 +466,7 @@ class UCRAnomalyDataModule(_WindowSets):
         self.save_hyperparameters()
         if source not in ("local", "aeon", "embedded"):
             raise ZooError(f"unknown anomaly source {source!r}: choose local, aeon or embedded")
+        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
         if source == "local" and not path:
             raise ZooError("source='local' needs path: a UCR anomaly .txt (or TSB-UAD .out) file")
         if source == "aeon" and dataset not in AEON_ANOMALY:
@@ -522,6 +527,8 @@ class PretrainingDataModule(_WindowSets):
 
     # the held-out pre-training windows are the only evaluation split
     EVAL_SPLITS: ClassVar[dict[str, str]] = {"val": "val", "test": "val", "predict": "val"}
+    # `sources` names bundled and embedded series only: no file option
+    FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init__(self, sources: list[str] = ("embedded:ett", "embedded:classification", "embedded:anomaly"),
                  val_fraction: float = 0.1, batch_size: int = 64, eval_batch_size: int = 64, seed: int = 0,

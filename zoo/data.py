@@ -49,6 +49,22 @@ def reading(path: Any, what: str, extra: tuple[type[BaseException], ...] = ()) -
         raise ZooError(f"{path} is not a readable {what} ({type(e).__name__}: {flat(e)})") from e
 
 
+def refuse_unread_files(source: str, reads: dict[str, tuple[str, ...]], given: dict[str, Any]) -> None:
+    """Refuse a file option set (``given``) that the config's ``source`` does not read; ``reads`` maps each file
+    option to the sources that read it (a datamodule's ``FILE_OPTIONS``). The smoke configs name an embedded
+    source: a user who adds only ``--data.init_args.path DIR`` would otherwise train on the embedded data, silently.
+    """
+    unread: dict[tuple[str, ...], list[str]] = {}
+    for name, value in given.items():
+        if value and source not in reads[name]:
+            unread.setdefault(reads[name], []).append(f"{name}={value!r}")
+    if unread:
+        what = "; ".join(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} read only with source="
+                         f"{' or '.join(map(repr, readers))}" for readers, names in unread.items())
+        raise ZooError(f"{what}, but source={source!r}: pass --data.init_args.source "
+                       f"{' or '.join(next(iter(unread)))}")
+
+
 def content_digest(rows: Iterable[str]) -> str:
     """SHA-256 of a multiset of rows, whatever their order and the file that carried them (JSONL, parquet). A run's
     card names a released dataset only when the rows it read have the release's digest: a user's own file in the

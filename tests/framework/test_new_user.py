@@ -269,3 +269,44 @@ def test_compare_shows_the_test_metrics_unless_asked_for_more(in_tmp, toy_config
     assert main(["compare", str(run), "--format", "csv", "--metrics", "*"]) == 0
     header = capsys.readouterr().out.splitlines()[0].split(",")
     assert {h.split("/")[0] for h in header[1:]} >= {"train", "val", "test"}
+
+
+DATAMODULE_FILES = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "datamodules").glob("*.py")
+                          if p.stem != "__init__")
+
+
+@pytest.mark.parametrize("module", DATAMODULE_FILES)
+def test_a_file_option_the_source_does_not_read_is_refused(module):
+    """README: a file option that the config's `source` does not read (a `path` under `source: embedded`, the smoke
+    configs' source) is refused, never silently ignored. Every datamodule declares its file options and their
+    readers (`FILE_OPTIONS`, empty where it has no source switch); each is set under a source that does not read it."""
+    import importlib
+    import inspect
+    import re
+    import typing
+
+    import lightning as L
+
+    from zoo.errors import ZooError
+
+    mod = importlib.import_module(f"datamodules.{module}")
+    classes = [c for c in vars(mod).values()
+               if inspect.isclass(c) and issubclass(c, L.LightningDataModule) and c.__module__ == mod.__name__]
+    dummy = "/nonexistent/zoo-user-file"
+    for cls in classes:
+        assert "FILE_OPTIONS" in cls.__dict__, f"{cls.__name__} declares no FILE_OPTIONS (empty: no file option)"
+        params = inspect.signature(cls.__init__).parameters
+        # the sources a config may name: the `source` parameter's Literal (every class with file options has one
+        # and no required argument, so the defaults build the rest)
+        sources = typing.get_args(typing.get_type_hints(cls.__init__)["source"]) if cls.FILE_OPTIONS else ()
+        for option, readers in cls.FILE_OPTIONS.items():
+            assert option in params and set(readers) <= set(sources), (cls.__name__, option, readers, sources)
+            other = next((s for s in sources if s not in readers), None)
+            assert other is not None, f"{cls.__name__}.{option} is read by every source: it needs no entry"
+            try:
+                cls(source=other, **{option: dummy})
+            except ZooError as e:
+                assert re.search(rf"{option}='{dummy}' is read only with source=.*, but source='{other}': pass "
+                                 r"--data.init_args.source ", str(e)), f"{cls.__name__}: {e}"
+            else:
+                pytest.fail(f"{cls.__name__}(source={other!r}, {option}=...) ignored the file option")

@@ -65,6 +65,8 @@ def test_bad_input_names_the_problem(tmp_path):
         bad, index=False)
     with pytest.raises(ZooError, match="numbers only"):
         GFNEnvDataModule(env="bn", source="local", data_path=str(bad)).setup()
+    with pytest.raises(ZooError, match="data_path=.* is read only with env='bn', but env='bioseq'"):
+        GFNEnvDataModule(env="bioseq", source="local", data_path=str(bad), oracle_path=str(bad))
     # without its header the first observation would silently become the variable names
     nohead = pd.DataFrame(np.random.default_rng(0).normal(size=(4, 5)))
     nohead.to_csv(tmp_path / "nohead.csv", index=False, header=False)

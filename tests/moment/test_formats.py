@@ -197,7 +197,8 @@ def test_file_options_with_a_non_local_source_are_refused(tmp_path):
     # the smoke configs say source: embedded; a path added alone would be ignored and the run trained on seeded data
     with pytest.raises(ZooError, match="path=.* is read only with source='local'.*--data.init_args.source local"):
         ETTh1DataModule(source="embedded", path=str(tmp_path / "mine.csv"))
-    with pytest.raises(ZooError, match="train_path/test_path are read only with source='local', but source='aeon'"):
+    with pytest.raises(ZooError, match="train_path='a.ts', test_path='b.ts' are read only with source='local', but "
+                                       "source='aeon'"):
         UCRClassificationDataModule(source="aeon", train_path="a.ts", test_path="b.ts")
 
 

@@ -16,8 +16,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.errors import ZooError
-from zoo.hub import (HubMixin, check_state_fits, load_checkpoint, load_state_dict_file, load_weights,
-                     resolve_weights)
+from zoo.hub import HubMixin, check_state_fits, load_checkpoint, load_state_dict_file, load_weights, resolve_weights
 from zoo.lm import build_causal_lm, linear_warmup_decay, load_tokenizer, right_pad
 
 TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
