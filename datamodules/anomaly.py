@@ -42,7 +42,6 @@ MPDD_CLASSES = ("bracket_black", "bracket_brown", "bracket_white", "connector", 
 TEXTURES = ("brick", "grass", "gravel")
 SCRATCH_COLOURS = np.array([[0.9, 0.15, 0.1], [0.1, 0.75, 0.2], [0.15, 0.3, 0.95]], np.float32)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
-VISA_SPLIT_CSV = "split_csv/1cls.csv"
 
 
 @dataclass
@@ -218,12 +217,10 @@ class AnomalyDataModule(L.LightningDataModule):
     def __init__(self, source: Literal["mvtec", "visa", "mpdd", "textures"] = "textures", root: Optional[str] = None,
                  classes: Optional[list[str]] = None, image_size: Optional[int] = 224, batch_size: int = 8,
                  num_workers: int = 0, seed: int = 0, crop: int = 64, n_train: int = 64, n_test: int = 32,
-                 anomaly_fraction: float = 0.5, visa_split_csv: str = VISA_SPLIT_CSV):
+                 anomaly_fraction: float = 0.5, visa_split_csv: str = "split_csv/1cls.csv"):
         super().__init__()
         self.save_hyperparameters()
-        # visa_split_csv has a default: only another value names a file of the user's
-        refuse_unread_files(source, self.FILE_OPTIONS, {
-            "root": root, "visa_split_csv": None if visa_split_csv == VISA_SPLIT_CSV else visa_split_csv})
+        refuse_unread_files(self, source, locals())
         self.class_names: list[str] = []
         self._sets: dict[str, AnomalyDataset] = {}
 

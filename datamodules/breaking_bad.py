@@ -275,7 +275,7 @@ class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        refuse_unread_files(source, self.FILE_OPTIONS, {"data_root": data_root, "split_dir": split_dir})
+        refuse_unread_files(self, source, locals())
         if batch_size != 1:
             raise ZooError(f"batch_size must be 1 (PMTR matches one pair per step, as the official code), got "
                            f"{batch_size}")

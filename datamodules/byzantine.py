@@ -300,7 +300,7 @@ class ByzantineDataModule(L.LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        refuse_unread_files(source, self.FILE_OPTIONS, {"root": root, "path": path})
+        refuse_unread_files(self, source, locals())
         if machines < 2 or n_per_machine < 2 or n_repeats < 1:
             raise ZooError(f"need machines >= 2, n_per_machine >= 2, n_repeats >= 1; got {machines}, "
                            f"{n_per_machine}, {n_repeats}")
@@ -436,7 +436,7 @@ class MachineShardDataModule(L.LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        refuse_unread_files(source, self.FILE_OPTIONS, {"root": root, "path": path})
+        refuse_unread_files(self, source, locals())
         if machines < 1 or n_per_machine < 1 or (batch_size is not None and batch_size < 1):
             raise ZooError(f"need machines >= 1, n_per_machine >= 1, batch_size >= 1; got {machines}, "
                            f"{n_per_machine}, {batch_size}")

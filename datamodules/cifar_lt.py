@@ -28,7 +28,6 @@ CIFAR_STATS = {
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 _CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
-CIFAR_ROOT = "data/cifar"
 
 
 def long_tail_counts(n_max: int, num_classes: int, imbalance_ratio: float, profile: str = "exp",
@@ -184,7 +183,7 @@ class CIFARLTDataModule(LongTailDataModule):
     FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"root": ("local",)}
 
     def __init__(self, dataset: Literal["cifar10", "cifar100"] = "cifar10",
-                 source: Literal["local", "embedded"] = "local", root: str = CIFAR_ROOT,
+                 source: Literal["local", "embedded"] = "local", root: str = "data/cifar",
                  imbalance_ratio: Optional[float] = 100.0, imbalance_type: Literal["exp", "step"] = "exp",
                  step_classes: Optional[list[int]] = None, batch_size: int = 512,
                  eval_batch_size: Optional[int] = None, num_workers: int = 4, n_views: int = 2,
@@ -196,8 +195,7 @@ class CIFARLTDataModule(LongTailDataModule):
             raise ZooError(f"unknown dataset {dataset!r}; choose 'cifar10' or 'cifar100'")
         if source not in ("local", "embedded"):
             raise ZooError(f"unknown source {source!r}; choose 'local' or 'embedded'")
-        # root has a default folder: only another value names the user's files
-        refuse_unread_files(source, self.FILE_OPTIONS, {"root": None if root == CIFAR_ROOT else root})
+        refuse_unread_files(self, source, locals())
         self.dataset, self.source, self.root, self.image_size = dataset, source, root, image_size
 
     def card_metadata(self) -> dict:

@@ -165,7 +165,7 @@ class ConditionalDataModule(SplitLoaders, L.LightningDataModule):
             raise ZooError(f"unknown dataset {dataset!r}: choose one of {sorted(SCHEMAS)}")
         if source not in ("local", "embedded"):
             raise ZooError(f"unknown data source {source!r}: choose 'local' or 'embedded'")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"data_dir": data_dir})
+        refuse_unread_files(self, source, locals())
         if source == "local" and not data_dir:
             raise ZooError(f"source='local' needs data_dir, the folder with {dataset}'s train.csv, val.csv and "
                            f"test.csv (the official repository's datasets/{'cancer' if dataset == 'ecm' else dataset}/)")

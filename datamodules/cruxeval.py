@@ -87,7 +87,7 @@ class CRUXEvalDataModule(L.LightningDataModule):
         super().__init__()
         if source not in ("hub", "local", "embedded"):
             raise ZooError(f"CRUXEval source must be 'hub', 'local' or 'embedded', got {source!r}")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
+        refuse_unread_files(self, source, locals())
         if source == "local" and not path:
             raise ZooError("CRUXEval source 'local' needs data.path (a jsonl with code/input/output/id)")
         if batch_size < 1:

@@ -190,7 +190,7 @@ class GFNEnvDataModule(L.LightningDataModule):
                            "GFN-PG, gfn-pg/data_bio/)")
         if source not in ("embedded", "local"):
             raise ZooError(f"unknown source {source!r}: choose 'embedded' or 'local'")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"data_path": data_path, "oracle_path": oracle_path})
+        refuse_unread_files(self, source, locals())
         # each file also belongs to one environment: a BN data file under env bioseq would be ignored as silently
         for name, value, reader in (("data_path", data_path, "bn"), ("oracle_path", oracle_path, "bioseq")):
             if value and env != reader:

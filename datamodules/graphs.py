@@ -243,7 +243,7 @@ class GraphDataModule(L.LightningDataModule):
         super().__init__()
         if source not in ("mat", "snap", "networkx", "embedded"):
             raise ZooError(f"graph source must be 'mat', 'snap', 'networkx' or 'embedded', got {source!r}")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
+        refuse_unread_files(self, source, locals())
         if source in ("mat", "snap") and not path:
             raise ZooError(f"graph source {source!r} needs data.path (a folder or a file); "
                            + (GET_SMALLGRAPHS if source == "mat" else GET_SNAP))

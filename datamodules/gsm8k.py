@@ -251,7 +251,7 @@ class GSM8KDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("hub", "local", "embedded"):
             raise ZooError(f"unknown GSM8K source {source!r}; use 'hub', 'local' or 'embedded'")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
+        refuse_unread_files(self, source, locals())
         for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
                             ("max_length", max_length)):
             if value < 1:

@@ -76,7 +76,7 @@ class IMLDataModule(L.LightningDataModule):
         if batch_size < 1 or eval_batch_size < 1:
             raise ZooError(f"IMLDataModule: batch_size and eval_batch_size must be >= 1, got {batch_size}, "
                            f"{eval_batch_size}")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
+        refuse_unread_files(self, source, locals())
         self.save_hyperparameters()
         self.fracs = {k: getattr(self.hparams, f"frac_{k}") for k in PAPER_FRACS}
         self.dataset: IMLDataset | None = None

@@ -236,7 +236,7 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("celeba", "toxic", "synthetic"):
             raise ZooError(f"source must be celeba, toxic or synthetic, got {source!r}")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"root": root, "csv_path": csv_path})
+        refuse_unread_files(self, source, locals())
         self.names: list[str] = []
 
     def setup(self, stage: str) -> None:
@@ -374,7 +374,7 @@ class BiasTableDataModule(L.LightningDataModule):
         self.save_hyperparameters(ignore=synthetic_only if source == "table" else [])
         if source not in ("synthetic", "table"):
             raise ZooError(f"source must be synthetic or table, got {source!r}")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"table_path": table_path})
+        refuse_unread_files(self, source, locals())
 
     def setup(self, stage: str) -> None:
         if getattr(self, "table", None) is not None:

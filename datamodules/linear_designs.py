@@ -152,7 +152,7 @@ class LinearDesignsDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("generate", "local"):
             raise ZooError(f"unknown linear-design source {source!r}: choose 'generate' or 'local'")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
+        refuse_unread_files(self, source, locals())
         if source == "local" and not path:
             raise ZooError("source='local' needs data.path: an .npz with X, y (and optionally w_star)")
         if source == "generate":

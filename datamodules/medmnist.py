@@ -24,7 +24,6 @@ from zoo.errors import ZooError
 
 SPLITS = ("train", "val", "test")
 KEYS = tuple(f"{s}_{k}" for s in SPLITS for k in ("images", "labels"))
-MEDMNIST_ROOT = "data/medmnist"
 
 
 def embedded_medmnist(size: int = 28, val_per_class: int = 10) -> dict[str, np.ndarray]:
@@ -90,7 +89,7 @@ class MedMNISTDataModule(LongTailDataModule):
     FILE_OPTIONS: ClassVar[dict[str, tuple[str, ...]]] = {"root": ("local",)}
 
     def __init__(self, flag: str = "organamnist", source: Literal["local", "embedded"] = "local",
-                 root: str = MEDMNIST_ROOT, size: int = 28, imbalance_ratio: Optional[float] = None,
+                 root: str = "data/medmnist", size: int = 28, imbalance_ratio: Optional[float] = None,
                  imbalance_type: Literal["exp", "step"] = "exp", step_classes: Optional[list[int]] = None,
                  batch_size: int = 512, eval_batch_size: Optional[int] = None, num_workers: int = 4,
                  n_views: int = 2, augment: Literal["supcon", "light", "none"] = "supcon", hflip: bool = True,
@@ -99,8 +98,7 @@ class MedMNISTDataModule(LongTailDataModule):
                          step_classes, eval_batch_size, seed)
         if source not in ("local", "embedded"):
             raise ZooError(f"unknown source {source!r}; choose 'local' or 'embedded'")
-        # root has a default folder: only another value names the user's files
-        refuse_unread_files(source, self.FILE_OPTIONS, {"root": None if root == MEDMNIST_ROOT else root})
+        refuse_unread_files(self, source, locals())
         if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
             raise ZooError(f"batch_size and eval_batch_size must be >= 1, got {batch_size}, {eval_batch_size}")
         self.flag, self.source, self.root, self.size = flag, source, root, size

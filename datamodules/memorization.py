@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from zoo.data import reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.lm import right_pad
-from zoo.unlearning.metrics import check_disjoint
+from zoo.unlearning.metrics import check_disjoint, overlap
 
 CSV_FIELDS = ("doc_id", "corpus", "text")
 # The Pile's 22 components, compared by letters and digits only (the released CSVs write pile-cc, github,
@@ -109,8 +109,7 @@ def read_extraction_csv(path: str | Path) -> list[dict]:
 
 def shared_sequences(rows: MemorizationSet, other: MemorizationSet) -> list[str]:
     """The doc_ids of `rows` whose sequence (as tokenized: what a model sees) is also in `other`."""
-    seen = {tuple(s) for s in other.sequences()}
-    return [d for d, s in zip(rows.doc_ids, rows.sequences()) if tuple(s) in seen]
+    return [rows.doc_ids[i] for i in overlap(rows.sequences(), other.sequences())]
 
 
 def write_extraction_csv(path: str | Path, rows: list[dict]) -> None:
@@ -252,9 +251,7 @@ class MemorizationDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("local", "embedded"):
             raise ZooError(f"source must be 'local' or 'embedded', got {source!r}")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"forget_path": forget_path, "unseen_path": unseen_path,
-                                                        "heldout_path": heldout_path,
-                                                        "background_path": background_path})
+        refuse_unread_files(self, source, locals())
         if train_set not in ("forget", "mix"):
             raise ZooError(f"train_set must be 'forget' (unlearning) or 'mix' (the memorize stage), got {train_set!r}")
         if seq_len < 2:

@@ -107,7 +107,7 @@ class PDEDataModule(SplitLoaders, L.LightningDataModule):
         self.problem = get_problem(problem)
         if source not in ("generate", "local"):
             raise ZooError(f"unknown PDE data source {source!r}: choose 'generate' or 'local'")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"train_path": train_path, "test_path": test_path})
+        refuse_unread_files(self, source, locals())
         if source == "local" and (not train_path or not test_path):
             raise ZooError("source='local' needs train_path and test_path (write them with "
                            "`python -m zoo.diffoas.generate --out FILE ...`)")

@@ -102,7 +102,7 @@ class PromptsDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("diffusiondb", "coco", "text", "embedded"):
             raise ZooError(f"source must be 'diffusiondb', 'coco', 'text' or 'embedded', got {source!r}")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
+        refuse_unread_files(self, source, locals())
         if filter not in ("none", "above", "below"):
             raise ZooError(f"filter must be 'none', 'above' or 'below', got {filter!r}")
         if filter != "none" and not scores_path:

@@ -201,7 +201,7 @@ class ReGALDataModule(L.LightningDataModule):
             raise ZooError(f"ReGAL domain must be one of {sorted(FILES)}, got {domain!r}")
         if source not in ("local", "embedded"):
             raise ZooError(f"ReGAL source must be 'local' or 'embedded', got {source!r}")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path, "train_file": train_file, "test_file": test_file})
+        refuse_unread_files(self, source, locals())
         if source == "local" and not path:
             raise ZooError("ReGAL source 'local' needs data.init_args.path (e.g. ../shared/data/regal/logo)")
         if max_tuple_size is not None and max_tuple_size < 1:

@@ -301,8 +301,7 @@ class RestorationDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         if source not in ("local", "skimage"):
             raise ZooError(f"unknown image source {source!r}: choose 'local' or 'skimage'")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"train_dir": train_dir, "val_dir": val_dir,
-                                                        "test_dir": test_dir})
+        refuse_unread_files(self, source, locals())
         if channels not in (1, 3):
             raise ZooError(f"channels must be 1 or 3, got {channels}")
         for name, s in (("sigma_min", sigma_min), ("sigma_max", sigma_max), ("noise_sigma", noise_sigma),

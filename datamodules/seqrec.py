@@ -331,7 +331,7 @@ class SeqRecDataModule(pl.LightningDataModule):
         super().__init__()
         if source not in ("movielens", "amazon", "embedded"):
             raise ZooError(f"SeqRecDataModule: source must be movielens, amazon or embedded, got {source!r}")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
+        refuse_unread_files(self, source, locals())
         if source != "embedded" and not path:
             raise ZooError(f"SeqRecDataModule: source={source} needs path=...; {_HOW_TO_GET[source]}")
         if batch_size < 1 or eval_batch_size < 1 or max_len < 2:

@@ -152,7 +152,7 @@ class ETTh1DataModule(_WindowSets):
             raise ZooError(f"unknown ETTh1 source {source!r}: choose 'local' or 'embedded'")
         if source == "local" and not path:
             raise ZooError("source='local' needs path: ETTh1.csv (in the moment repo's data/ folder)")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
+        refuse_unread_files(self, source, locals())
         if task not in ("forecasting", "imputation"):
             raise ZooError(f"unknown task {task!r}: choose 'forecasting' or 'imputation'")
         if task == "forecasting" and forecast_horizon < 1:
@@ -293,7 +293,7 @@ class UCRClassificationDataModule(_WindowSets):
             raise ZooError(f"unknown classification source {source!r}: choose local, aeon, sktime or embedded")
         if source == "local" and not (train_path and test_path):
             raise ZooError("source='local' needs train_path and test_path (<name>_TRAIN.ts, <name>_TEST.ts)")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"train_path": train_path, "test_path": test_path})
+        refuse_unread_files(self, source, locals())
         if scaling not in ("per_timestep", "none"):
             raise ZooError(f"unknown scaling {scaling!r}: choose 'per_timestep' or 'none'")
         if not 0.0 <= val_fraction < 1.0:
@@ -466,7 +466,7 @@ class UCRAnomalyDataModule(_WindowSets):
         self.save_hyperparameters()
         if source not in ("local", "aeon", "embedded"):
             raise ZooError(f"unknown anomaly source {source!r}: choose local, aeon or embedded")
-        refuse_unread_files(source, self.FILE_OPTIONS, {"path": path})
+        refuse_unread_files(self, source, locals())
         if source == "local" and not path:
             raise ZooError("source='local' needs path: a UCR anomaly .txt (or TSB-UAD .out) file")
         if source == "aeon" and dataset not in AEON_ANOMALY:

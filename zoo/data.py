@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import inspect
 import pickle
 import tarfile
 import zipfile
@@ -49,15 +50,19 @@ def reading(path: Any, what: str, extra: tuple[type[BaseException], ...] = ()) -
         raise ZooError(f"{path} is not a readable {what} ({type(e).__name__}: {flat(e)})") from e
 
 
-def refuse_unread_files(source: str, reads: dict[str, tuple[str, ...]], given: dict[str, Any]) -> None:
-    """Refuse a file option set (``given``) that the config's ``source`` does not read; ``reads`` maps each file
-    option to the sources that read it (a datamodule's ``FILE_OPTIONS``). The smoke configs name an embedded
-    source: a user who adds only ``--data.init_args.path DIR`` would otherwise train on the embedded data, silently.
-    """
+def refuse_unread_files(datamodule: Any, source: str, given: dict[str, Any]) -> None:
+    """Refuse a file option that the config's ``source`` does not read. ``FILE_OPTIONS`` of the datamodule's class
+    maps each file option to the sources that read it, and ``given`` holds the constructor's arguments (its
+    ``locals()``); an option left at its default (None, or a default folder such as CIFAR's ``data/cifar``) names no
+    file of the user's. The smoke configs name an embedded source: a user who adds only ``--data.init_args.path DIR``
+    would otherwise train on the embedded data, silently."""
+    cls = type(datamodule)
+    params = inspect.signature(cls.__init__).parameters
     unread: dict[tuple[str, ...], list[str]] = {}
-    for name, value in given.items():
-        if value and source not in reads[name]:
-            unread.setdefault(reads[name], []).append(f"{name}={value!r}")
+    for name, readers in cls.FILE_OPTIONS.items():
+        value = given[name]
+        if value and value != getattr(params.get(name), "default", None) and source not in readers:
+            unread.setdefault(readers, []).append(f"{name}={value!r}")
     if unread:
         what = "; ".join(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} read only with source="
                          f"{' or '.join(map(repr, readers))}" for readers, names in unread.items())

@@ -72,11 +72,16 @@ def check_window(lengths: Sequence[int], n: int, doc_ids: Sequence[str] | None =
                        f"(first: doc_id {name}, {int(lengths[i])} tokens)")
 
 
+def overlap(rows: Sequence[Sequence[int]], other: Sequence[Sequence[int]]) -> list[int]:
+    """The indices of `rows` whose token sequence is also in `other`."""
+    seen = {tuple(s) for s in other}
+    return [i for i, s in enumerate(rows) if tuple(s) in seen]
+
+
 def check_disjoint(forget: Sequence[Sequence[int]], unseen: Sequence[Sequence[int]],
                    forget_ids: Sequence[str] | None = None) -> None:
     """The unseen (never-trained) set must not contain any forget sequence."""
-    seen = {tuple(s) for s in unseen}
-    both = [i for i, s in enumerate(forget) if tuple(s) in seen]
+    both = overlap(forget, unseen)
     if both:
         name = forget_ids[both[0]] if forget_ids is not None else both[0]
         raise ZooError(f"forget set overlaps the unseen set: {len(both)} sequence(s) in both (first: doc_id {name}); "
