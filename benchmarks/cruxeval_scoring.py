@@ -184,14 +184,30 @@ def run_zoo_raw(rows: list[dict], workers: int) -> list[bool]:
 
 
 def sandbox_at(rev: str, workdir: Path):
-    """``zoo/sandbox.py`` as it was at git revision ``rev`` (its zygote runs from that file), for a
-    load-independent before/after ratio measured in the same run."""
+    """``zoo.sandbox`` as it was at git revision ``rev`` (its zygote runs from that revision's file), for a
+    load-independent before/after ratio measured in the same run. Up to 4de46d6 it was one file
+    (``zoo/sandbox.py``); since then a package whose ``__init__`` imports its ``zygote`` module, loaded here
+    under the revision's own name so that import finds the revision's zygote, not today's."""
     import importlib.util
 
-    path = workdir / f"sandbox_{rev}.py"
-    path.write_text(subprocess.run(["git", "show", f"{rev}:zoo/sandbox.py"], cwd=ROOT, capture_output=True,
-                                   text=True, check=True).stdout)
-    spec = importlib.util.spec_from_file_location(f"sandbox_{rev}", path)
+    def show(path: str) -> str | None:
+        r = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=False)
+        return r.stdout if r.returncode == 0 else None
+
+    name = f"sandbox_{rev}"
+    single = show("zoo/sandbox.py")
+    if single is not None:
+        path = workdir / f"{name}.py"
+        path.write_text(single)
+        spec = importlib.util.spec_from_file_location(name, path)
+    else:
+        package = workdir / name
+        package.mkdir()
+        (package / "zygote.py").write_text(show("zoo/sandbox/zygote.py"))
+        (package / "__init__.py").write_text(show("zoo/sandbox/__init__.py").replace(
+            "from zoo.sandbox.zygote import", f"from {name}.zygote import"))
+        spec = importlib.util.spec_from_file_location(name, package / "__init__.py",
+                                                      submodule_search_locations=[str(package)])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -238,7 +254,7 @@ def main() -> None:
     ap.add_argument("--fresh-checks", type=int, default=200, help="checks for the fresh-python peer (it is slow)")
     ap.add_argument("--quick", action="store_true", help="first 100 rows only")
     ap.add_argument("--compare-rev", default=None,
-                    help="also time zoo/sandbox.py of this git revision (same programs, same run)")
+                    help="also time zoo.sandbox of this git revision (same programs, same run)")
     args = ap.parse_args()
     rows = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
     rows = [{**r, "id": r.get("id", f"sample_{i}")} for i, r in enumerate(rows)]

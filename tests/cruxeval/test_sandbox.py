@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import zoo.sandbox as zs
+import zoo.sandbox.zygote as zs
 from zoo.sandbox import Sandbox, Verdict
 
 HOSTILE = {
@@ -195,7 +195,7 @@ def test_what_a_sample_sees_of_the_filesystem(sandbox):
         pytest.skip(f"no fresh root here: {iso.get('notes')}")
     here = Path(__file__).resolve()
     code = f"""import os, sys
-hidden = [p for p in ({str(here)!r}, {str(here.parents[2] / "zoo" / "sandbox.py")!r}, '/proc/self/environ',
+hidden = [p for p in ({str(here)!r}, {str(here.parents[2] / "zoo" / "sandbox" / "zygote.py")!r}, '/proc/self/environ',
                       '/sys/kernel', '/root/.bashrc', '/run', '/var/lib') if os.path.exists(p)]
 assert not hidden, hidden
 assert open('/etc/passwd').read()  # documented as not contained: world-readable system files

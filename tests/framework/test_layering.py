@@ -4,7 +4,7 @@ Layers, top to bottom (an import may only point down, or sideways where allowed,
   0 orchestration  zoo/cli.py, zoo/trainer.py, zoo/sweep.py, zoo/compare.py, benchmarks/
   1 components     callbacks/, datamodules/   (neither imports the other)
   2 papers         zoo/<paper id>/            (only its own package; never another paper)
-  3 helpers        every other zoo module     (zoo/hub.py, zoo/lm.py, zoo/errors.py, zoo/sandbox.py, zoo/dp/, ...)
+  3 helpers        every other zoo module     (zoo/hub.py, zoo/lm.py, zoo/errors.py, zoo/sandbox/, zoo/dp/, ...)
 """
 
 from __future__ import annotations
