@@ -55,7 +55,27 @@ def test_split_and_weights():
     bins = bias_bins(torch.tensor([0.01, 0.07, 0.5, 3.0]), 0.05, 10)
     assert bins.tolist() == [0, 1, 9, 9]
     w = inverse_frequency_weights(bins, 10)
-    assert w[2] == w[3] and w[0] == pytest.approx(2 * w[2]) and w.mean() == pytest.approx(1.0)
+    # counts 1, 1, 2 are all clipped up to 5 (official np.clip(v, 5, 5000)): equal weights
+    assert torch.allclose(w, torch.ones(4)) and w.mean() == pytest.approx(1.0)
+
+
+def test_inverse_frequency_weights_match_the_official_clipped_rule():
+    """Brute force of the official ``_prepare_weights`` (reweight: inverse): count per bin, clip the counts to
+    [5, 5000], weight 1/count, rescale to mean 1."""
+    rng = np.random.default_rng(0)
+    labels = np.concatenate([np.zeros(6000, int), np.full(40, 1), np.full(12, 2), np.full(3, 3), np.full(1, 7)])
+    rng.shuffle(labels)
+    counts = {k: 0 for k in range(10)}
+    for lab in labels:
+        counts[lab] += 1
+    clipped = {k: np.clip(v, 5, 5000) for k, v in counts.items()}
+    ref = np.array([1.0 / clipped[lab] for lab in labels])
+    ref = ref * len(ref) / ref.sum()
+    w = inverse_frequency_weights(torch.as_tensor(labels), 10).double().numpy()
+    np.testing.assert_allclose(w, ref, rtol=1e-6)
+    # above the clip the inverse ratio holds; below it (3 and 1 combinations) the bins weigh as one of 5
+    i1, i2, i3, i7 = (int(np.flatnonzero(labels == k)[0]) for k in (1, 2, 3, 7))
+    assert w[i2] / w[i1] == pytest.approx(40 / 12) and w[i3] == pytest.approx(w[i7])
 
 
 def test_bias_table_roundtrip_and_nonbinary_refusal(tmp_path):

@@ -136,3 +136,58 @@ def test_bggn_terms_run_in_both_forms_and_refuse_small_batches():
     loss, _ = training_combination_term(dec, enc, all_combinations(d)[:8], torch.rand(8), BGGNConfig(batch_size=8))
     assert torch.isfinite(loss)
     assert one_hot(a_tr).shape == (6, 2 * d)
+
+
+def test_official_form_sampled_term_equals_a_transcription_of_the_official_loss():
+    """Oracle for `sampled_term(form="official")`: the official `get_z_based_loss(..., "bs_trA", "var_control")`
+    written out independently from its formulas (batch-level torch.norm, mask "in training ∧ top-k of all", baseline
+    (R·m − R_g)·m, Σ/batch_size, "+ β·H" with the (B,)×(B,1) broadcast), on the same random draws; value and
+    decoder gradient in float64."""
+    torch.manual_seed(0)
+    d, D, bs, zr = 5, 6, 8, 3
+    enc, dec = Encoder(d, D, 16).double(), Decoder(d, D, 16).double()
+    w = torch.rand(d, dtype=torch.float64)
+    bias_fn = lambda a: a.double() @ w  # continuous: no ties in the top-k
+    bank_a = all_combinations(d)[[i for i in range(2 ** d) if i % 3]]  # two thirds of the combinations
+    cfg = BGGNConfig(batch_size=bs, z_resample=zr, mask_coef=1.0, bias_coef=50.0, neglog_coef=0.05,
+                     entropy_coef=0.3, form="official")
+    r_g0 = torch.tensor(0.37, dtype=torch.float64)
+
+    loss, info = sampled_term(dec, enc, bias_fn, codes(bank_a), cfg, r_g0, D,
+                              generator=torch.Generator().manual_seed(5))
+    ours = torch.autograd.grad(loss, list(dec.parameters()))
+
+    g = torch.Generator().manual_seed(5)  # the same draws, in the same order
+    z = torch.randn(bs * zr, D, generator=g, dtype=torch.float64)
+    hat_x = dec(z)
+    u = torch.rand(bs * zr, d, generator=g, dtype=torch.float64)
+    a = (u < hat_x[..., 1].detach()).long()
+    dis_x = torch.nn.functional.one_hot(a, 2).double()
+    with torch.no_grad():
+        b = bias_fn(a).view(-1, 1)
+        in_tr = (a.unsqueeze(1) - bank_a.unsqueeze(0)).abs().sum(-1).min(-1).values == 0
+        mask_bs = torch.zeros_like(b)
+        mask_bs[torch.topk(b.view(-1), int(cfg.mask_coef * bs)).indices] = 1
+        mask = in_tr.double().unsqueeze(1) * mask_bs  # (B, 1)
+        mu, lv = enc(dis_x.view(-1, 2 * d))
+        nlq = (0.5 * torch.norm(z - mu) ** 2 / torch.exp(lv) + lv) * cfg.neglog_coef * mask
+        R = nlq + cfg.bias_coef * b * mask
+        z_g = torch.randn(bs, D, generator=g, dtype=torch.float64)
+        hat_g = dec(z_g)
+        a_g = (torch.rand(bs, d, generator=g, dtype=torch.float64) < hat_g[..., 1]).long()
+        mu_g, lv_g = enc(torch.nn.functional.one_hot(a_g, 2).double().view(-1, 2 * d))
+        r_ghost = (cfg.neglog_coef * (0.5 * torch.norm(z_g - mu_g) ** 2 / torch.exp(lv_g) + lv_g)
+                   + cfg.bias_coef * bias_fn(a_g).view(-1, 1))
+        r_global = 0.01 * r_ghost.mean() + 0.01 * r_g0
+        r_final = (R - r_global) * mask
+    neg_log_p = -(torch.log(hat_x + 1e-9) * dis_x).sum(2).sum(1)
+    main = torch.dot(r_final.view(-1), neg_log_p) / bs
+    entropy = (-torch.log(hat_x + 1e-9) * hat_x).sum(-1)
+    ref = main + cfg.entropy_coef * torch.mean(entropy.mean(-1) * mask)
+    theirs = torch.autograd.grad(ref, list(dec.parameters()))
+
+    torch.testing.assert_close(info["r_global"], r_global, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-8)  # the official log(p + 1e-9)
+    for x, y in zip(ours, theirs):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-8)
+    assert 0 < float(mask.sum()) < int(cfg.mask_coef * bs)  # "in training ∧ top-k" keeps some, not all, of the k

@@ -115,10 +115,11 @@ def bias_bins(bias: torch.Tensor, interval: float, n_bins: int) -> torch.Tensor:
     return torch.clamp((bias / interval).floor().long(), 0, n_bins - 1)
 
 
-def inverse_frequency_weights(labels: torch.Tensor, n_bins: int) -> torch.Tensor:
-    """Official ``reweight: inverse``: weight 1/count(bin) of each sample's bias bin, scaled to mean 1 over the
-    samples so that the loss scale does not depend on the number of combinations."""
-    counts = torch.bincount(labels, minlength=n_bins).double()
+def inverse_frequency_weights(labels: torch.Tensor, n_bins: int, clip: tuple[float, float] = (5, 5000)) -> torch.Tensor:
+    """Official ``reweight: inverse`` (``data/{toxic,celebA}.py::_prepare_weights``): weight 1/count(bin) of each
+    sample's bias bin, the counts first clipped to [5, 5000] as the official code does (so bins with fewer than 5
+    combinations are not up-weighted further), then scaled to mean 1 over the samples (official ``scaling``)."""
+    counts = torch.bincount(labels, minlength=n_bins).double().clamp(*clip)
     w = 1.0 / counts[labels]
     return (w * len(w) / w.sum()).to(torch.get_default_dtype())
 
