@@ -107,7 +107,10 @@ def sym_jacobian_lambda_max(f: Callable[[torch.Tensor], torch.Tensor], x: torch.
 
 def spc_operator(denoise: Callable[[torch.Tensor], torch.Tensor], k: float = 0.9,
                  constrain: Constrain = "denoiser") -> Callable[[torch.Tensor], torch.Tensor]:
-    """x -> k x + (1 - k) T(x) with T = D (`denoiser`) or T = I - D (`residual`): nonexpansive iff T is k-SPC."""
+    """x -> k x + (1 - k) T(x) with T = D (`denoiser`) or T = I - D (`residual`): nonexpansive iff T is k-SPC.
+
+    The official `jacobian_SPC` runs its power iteration on a `y` it never defines (the lines that would define it
+    are commented out); we take y = k x + (1 - k) T(x), the operator the paper's loss names (cards/pcdenoiser.md)."""
     if not 0.0 <= k < 1.0:
         raise ZooError(f"k-strict pseudo-contractiveness needs 0 <= k < 1, got k={k}")
     if constrain == "denoiser":
