@@ -123,11 +123,13 @@ def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
 
 def linear_warmup_decay(warmup_steps: int, total_steps: int, decay: bool = True):
     """A LambdaLR factor: linear warm-up over `warmup_steps`, then linear decay to 0 at `total_steps` (composer's
-    `linear_decay_with_warmup` with alpha_f=0, RoSA's schedule), or constant when `decay` is False."""
+    `LinearWithWarmupScheduler` with alpha_f=0, RoSA's schedule; the HF Trainer's `linear` schedule, IML's), or
+    constant when `decay` is False (HF's `constant_with_warmup`). Both start at step/warmup_steps, so the first
+    optimiser step runs at lr 0, as theirs do (tests/framework/test_lm.py checks it against transformers)."""
 
     def factor(step: int) -> float:
         if step < warmup_steps:
-            return (step + 1) / max(1, warmup_steps)
+            return step / warmup_steps
         if not decay:
             return 1.0
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))

@@ -44,3 +44,22 @@ def test_bad_model_and_tokenizer_names_are_clear():
         build_causal_lm("no-such-org/no-such-model")
     with pytest.raises(ZooError, match="no-such-org/tok"):
         load_tokenizer("no-such-org/tok")
+
+
+@pytest.mark.parametrize("warmup,total", [(20, 100), (1, 5), (0, 7), (7, 7)])
+def test_linear_warmup_decay_is_the_hf_and_composer_schedule(warmup, total):
+    # the HF Trainer's `linear` / `constant_with_warmup` schedules (composer's LinearWithWarmupScheduler is the
+    # same t/t_warmup ramp): the first step at lr 0, the peak at step `warmup`, 0 at `total`
+    from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
+
+    from zoo.lm import linear_warmup_decay
+
+    for decay, hf in ((True, lambda o: get_linear_schedule_with_warmup(o, warmup, total)),
+                      (False, lambda o: get_constant_schedule_with_warmup(o, warmup))):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        ref = hf(opt)
+        ours = linear_warmup_decay(warmup, total, decay=decay)
+        for step in range(total + 3):
+            assert ours(step) == pytest.approx(opt.param_groups[0]["lr"], abs=1e-12), (decay, step)
+            opt.step()
+            ref.step()

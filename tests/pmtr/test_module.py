@@ -140,7 +140,7 @@ def test_warmup_ramps_the_learning_rate_linearly_and_defaults_to_the_official_co
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
-    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    assert lrs == pytest.approx([0.0, 2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])  # HF's ramp: step 0 at lr 0
     with pytest.raises(ZooError, match="warmup_steps"):
         PMTRModule(**TINY, warmup_steps=-1)
 

@@ -167,7 +167,7 @@ def test_gpt2_modules_train_and_export(tiny_gpt2, tmp_path):
 
     torch.manual_seed(0)
     module = RoSAModule(model=tiny_gpt2, tokenizer="byt5", r=2, lora_alpha=4, density=0.05, mask_warmup_steps=1,
-                        lr_warmup_steps=1, max_new_tokens=4)
+                        lr_warmup_steps=0, max_new_tokens=4)
     trainer(tmp_path).fit(module, data())
     assert module.has_mask and all(layer.sparse_values.abs().sum() > 0 for layer in module.layers.values())
     masks = load_mask(tmp_path / "rosa_mask.safetensors", module.layers)
@@ -180,7 +180,7 @@ def test_gpt2_modules_train_and_export(tiny_gpt2, tmp_path):
         torch.testing.assert_close(hf(input_ids=ids).logits, module.model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
 
     torch.manual_seed(0)
-    lora = LoRABaselineModule(model=tiny_gpt2, tokenizer="byt5", r=2, lora_alpha=4, lr_warmup_steps=1,
+    lora = LoRABaselineModule(model=tiny_gpt2, tokenizer="byt5", r=2, lora_alpha=4, lr_warmup_steps=0,
                               max_new_tokens=4)
     assert isinstance(lora.model, PeftModel)
     assert all(m.fan_in_fan_out for n, m in lora.model.named_modules() if n.endswith(("c_attn", "c_fc")))

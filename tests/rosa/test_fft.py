@@ -33,7 +33,7 @@ def _logits(model, ids):
 
 def _fft(model, **kw):
     torch.manual_seed(0)
-    return FullFinetuneModule(model=model, tokenizer="byt5", lr=1e-3, lr_warmup_steps=1, max_new_tokens=4, **kw)
+    return FullFinetuneModule(model=model, tokenizer="byt5", lr=1e-3, lr_warmup_steps=0, max_new_tokens=4, **kw)
 
 
 def test_every_weight_trains_and_the_export_is_the_model(tiny_llama, tmp_path):
@@ -98,7 +98,7 @@ def test_an_exported_fft_model_is_the_base_of_an_adapter_run(tiny_llama, tmp_pat
     _trainer(tmp_path / "fft", max_steps=1).fit(fft, _data())
     fft.export(tmp_path / "base")
     torch.manual_seed(0)
-    kw = dict(model=str(tmp_path / "base"), tokenizer="byt5", r=2, lora_alpha=4, lr_warmup_steps=1, max_new_tokens=4)
+    kw = dict(model=str(tmp_path / "base"), tokenizer="byt5", r=2, lora_alpha=4, lr_warmup_steps=0, max_new_tokens=4)
     module = LoRABaselineModule(**kw) if adapter == "lora" else RoSAModule(density=0.05, mask_warmup_steps=0, **kw)
     assert module.base_name == str(tmp_path / "base")
     assert all(m.training for m in module.model.modules())  # from_pretrained's eval mode is undone

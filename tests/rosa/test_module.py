@@ -18,7 +18,7 @@ from zoo.rosa.mask import FisherCollector, fisher_mask, load_mask
 
 def _module(tiny_llama, **kw):
     torch.manual_seed(0)
-    args = dict(model=tiny_llama, tokenizer="byt5", r=2, lora_alpha=4, density=0.05, lr_warmup_steps=1,
+    args = dict(model=tiny_llama, tokenizer="byt5", r=2, lora_alpha=4, density=0.05, lr_warmup_steps=0,
                 max_new_tokens=4)
     return RoSAModule(**{**args, **kw})
 
@@ -182,7 +182,7 @@ def test_lora_baseline_is_peft_and_trains(tiny_llama, tmp_path):
     from peft import PeftModel
 
     torch.manual_seed(0)
-    module = LoRABaselineModule(model=tiny_llama, tokenizer="byt5", r=2, lora_alpha=4, lr_warmup_steps=1,
+    module = LoRABaselineModule(model=tiny_llama, tokenizer="byt5", r=2, lora_alpha=4, lr_warmup_steps=0,
                                 max_new_tokens=4)
     assert isinstance(module.model, PeftModel)
     before = {k: v.clone() for k, v in module.model.named_parameters() if v.requires_grad}
