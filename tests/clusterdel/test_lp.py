@@ -67,3 +67,51 @@ def test_all_half_lp_rounds_to_deleting_every_edge():
     assert np.all(lp.x == 0.5) and lp.value == 1.5
     rep = run_algorithms(g, ["lp_pivot", "lp_degree"])
     assert rep.rows["lp_pivot"]["cost"] == rep.rows["lp_degree"]["cost"] == g.m == 2 * lp.value
+
+
+def _set_partitions(items: list[int]):
+    """Every partition of ``items`` into blocks (Bell(n) of them), by placing each item in turn."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _set_partitions(rest):
+        yield [[first], *part]
+        for i in range(len(part)):
+            yield [*part[:i], [first, *part[i]], *part[i + 1:]]
+
+
+def _brute_force_cd(adj: np.ndarray) -> int:
+    """Cluster deletion by enumeration: over every partition whose blocks are cliques, the fewest edges between
+    blocks (the deleted ones)."""
+    n, best = len(adj), None
+    for part in _set_partitions(list(range(n))):
+        if all(adj[a, b] for block in part for i, a in enumerate(block) for b in block[i + 1:]):
+            label = np.empty(n, int)
+            for k, block in enumerate(part):
+                label[block] = k
+            cost = int(sum(adj[a, b] for a in range(n) for b in range(a + 1, n) if label[a] != label[b]))
+            best = cost if best is None else min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cd_ilp_equals_brute_force_on_small_graphs(seed):
+    # exact cluster deletion against enumeration of all set partitions (Bell(8) = 4,140 at n = 8); the LP
+    # relaxation bounds it from below, and the ILP's kept edges (x = 0) form disjoint cliques of that cost
+    from zoo.clusterdel import cd_ilp
+    from zoo.clusterdel.pivot import cd_cost, clusters_are_cliques
+
+    rng = np.random.default_rng(seed)
+    n = 5 + seed % 4
+    adj = np.triu(rng.random((n, n)) < (0.35 + 0.05 * (seed % 5)), k=1).astype(int)
+    adj = adj + adj.T
+    g = as_graph(adj, name=f"small{seed}")
+    ilp = cd_ilp(g)
+    assert ilp.opt == _brute_force_cd(adj)
+    assert stc_lp_highs(g).value <= ilp.opt
+    kept = sp.csr_array((1 - ilp.x[np.r_[np.arange(g.m), np.arange(g.m)]],
+                         (np.r_[g.u, g.v], np.r_[g.v, g.u])), shape=(n, n))
+    kept.eliminate_zeros()
+    _, label = sp.csgraph.connected_components(kept, directed=False)
+    assert clusters_are_cliques(g, label) and cd_cost(g, label) == ilp.opt == int(ilp.x.sum())
