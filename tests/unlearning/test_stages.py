@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import lightning as L
 import pytest
+import torch
 
 from callbacks.unlearning_metrics import UnlearningMetrics
 from datamodules.memorization import MemorizationDataModule
@@ -115,3 +116,17 @@ def test_the_sweep_chains_memorize_reference_and_unlearn_per_seed(tmp_path):
         assert t.deps == {"memorize": memorize[t.axes["seed"]]}
         assert t.overrides["model.init_args.init_from"] == "${memorize}/checkpoints/last.ckpt"
         assert t.overrides["model.init_args.method"] == t.axes["variant"]
+
+
+def test_stopping_rule_is_strict_on_ma_and_inclusive_on_el(tiny_config, monkeypatch):
+    # the official `ma < ma_threshold`: a forget set exactly at the unseen MA level is not yet unlearned; EL_n at its
+    # level counts as reached (a small model's unseen EL_n is often exactly 0)
+    m = UnlearningModule(model=tiny_config, method="ga", stop_on_el=True)
+    el = {"value": 0.0}
+    monkeypatch.setattr(m, "unlearning_thresholds", lambda: {"ma": 0.25, "el": 0.0, "low": 0.1, "high": 0.6})
+    monkeypatch.setattr(m, "_dm", lambda: type("DM", (), {"forget_set": None})())
+    monkeypatch.setattr(m, "evaluate_memorization",
+                        lambda name, data: type("S", (), {"el": torch.tensor([el["value"]] * 2)})())
+    for ma, el["value"], met in ((0.25, 0.0, False), (0.2499, 0.0, True), (0.2499, 0.01, False)):
+        monkeypatch.setattr(m, "_forget_ma", lambda ma=ma: torch.tensor([ma, ma]))
+        assert m._target_met() is met, (ma, el["value"])
