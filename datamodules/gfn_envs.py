@@ -136,7 +136,8 @@ class GFNEnvDataModule(L.LightningDataModule):
     """Args:
     env: ``hypergrid``, ``bn`` (5-node Bayesian-network structure learning with the BGe score) or ``bioseq``.
     n_iterations: training iterations (batches of the one training epoch; official 2000).
-    height, ndim, R0, R1, R2: the hypergrid (official train.py: 256, 2, 0.01, 0.5, 2.0).
+    height, ndim, R0, R1, R2: the hypergrid (official train.py: 256, 2, 0.01, 0.5, 2.0; the defaults. The smoke
+        config and the known-optimum sweep use an 8x8 grid with R0 0.1).
     source: ``embedded`` (computed / seeded generator) or ``local`` (BN: ``data_path``; sequence tasks: ``oracle_path``).
     data_path: CSV of BN observations (source local).
     dag_list_path: the official ``DAG-5-list.npy``; unset: every DAG enumerated here (same order).
@@ -157,9 +158,9 @@ class GFNEnvDataModule(L.LightningDataModule):
         self,
         env: Literal["hypergrid", "bn", "bioseq"] = "hypergrid",
         n_iterations: int = 2000,
-        height: int = 8,
+        height: int = 256,
         ndim: int = 2,
-        R0: float = 0.1,
+        R0: float = 0.01,
         R1: float = 0.5,
         R2: float = 2.0,
         source: Literal["embedded", "local"] = "embedded",

@@ -89,3 +89,9 @@ def test_bad_input_names_the_problem(tmp_path):
         GFNEnvDataModule(env="hypergrid", source="local")
     with pytest.raises(ZooError, match="n_nodes <= 5"):
         GFNEnvDataModule(env="bn", n_nodes=6)
+
+
+def test_hypergrid_defaults_are_the_official_train_py_ones():
+    # train.py: --height 256, --ndim 2, --R0 0.01 (Config.py: R1 0.5, R2 2.0), 2,000 iterations
+    h = GFNEnvDataModule().hparams
+    assert (h.height, h.ndim, h.R0, h.R1, h.R2, h.n_iterations) == (256, 2, 0.01, 0.5, 2.0, 2000)
