@@ -100,6 +100,8 @@ class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
             raise ZooError("candidates: json needs candidates_path (a candidates.json a run saved)")
         if candidates == "llm" and not (llm_model or llm_endpoint):
             raise ZooError("candidates: llm needs llm_model (HF causal LM) or llm_endpoint (OpenAI-compatible URL)")
+        # improving may use any space, synonym included: the official loader's 'synoym' typo means that space
+        # never loads when improving there, but nothing in the paper forbids it (cards/dpodiff.md)
         if task == "attack" and space != "synonym":
             raise ZooError(f"attacks rewrite the positive prompt: use space 'synonym', not {space!r}")
         if k_candidates < 1:

@@ -69,7 +69,8 @@ class Evaluator:
 def rejection_sample(draw: Callable[[], Choice], n: int, admissible: Callable[[Choice], bool],
                      exclude: Callable[[Choice], bool] = lambda c: False, max_tries: Optional[int] = None) -> list[Choice]:
     """Up to n distinct candidates from `draw` that satisfy the constraint (official GPO `sample_and_eval`; the
-    official loop has no cap and never ends on a small space, here `max_tries` = 10·n draws)."""
+    official loop has no cap and never ends on a small space, and stops in a stray `pdb.set_trace()` when a
+    constraint is set; here `max_tries` = 10·n draws)."""
     out: list[Choice] = []
     tries = 10 * max(n, 1) if max_tries is None else max_tries
     while len(out) < n and tries > 0:
