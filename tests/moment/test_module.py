@@ -146,3 +146,34 @@ def test_module_argument_errors(tiny_t5):
         MOMENTReconstructionModule(pretrained=None, t5_config=tiny_t5, mask_ratio=1.0)
     with pytest.raises(ZooError, match="does not exist"):
         MOMENTEmbeddingSVMModule(pretrained="runs/none/last.ckpt")
+
+
+def test_pretraining_learning_rates_are_the_official_loops(tmp_path, tiny_t5):
+    # oracle: tasks/pretrain.py transcribed: the optimiser starts at init_lr, and after every update
+    # LinearWarmupCosineLRScheduler.step(cur_epoch, cur_step=updates so far) sets the next rate (warm-up in epoch 0,
+    # a cosine by epoch after it)
+    import math
+
+    init, low, start, warm, epochs, batches = 1e-4, 1e-5, 1e-5, 4, 3, 3
+    want, lr, steps = [], init, 0
+    for epoch in range(epochs):
+        for _ in range(batches):
+            want.append(lr)
+            steps += 1
+            if epoch == 0:
+                lr = min(init, start + (init - start) * steps / max(warm, 1))
+            else:
+                lr = (init - low) * 0.5 * (1.0 + math.cos(math.pi * epoch / epochs)) + low
+
+    seen = []
+
+    class Record(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            seen.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    model = MOMENTReconstructionModule(pretrained=None, t5_config=tiny_t5, lr=init, min_lr=low, warmup_lr=start,
+                                       warmup_steps=warm)
+    dm = PretrainingDataModule(sources=["embedded:classification"], batch_size=4, val_fraction=0.0)
+    _trainer(tmp_path, max_epochs=epochs, limit_train_batches=batches, limit_val_batches=0,
+             callbacks=[Record()]).fit(model, dm)
+    assert seen == pytest.approx(want, rel=1e-12)

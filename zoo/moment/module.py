@@ -347,6 +347,13 @@ class MOMENTReconstructionModule(_MOMENTModule):
             max_epochs = math.ceil(self.trainer.estimated_stepping_batches / max(1, self.trainer.num_training_batches))
 
         def factor(step: int) -> float:
+            # As the official loop (tasks/pretrain.py): the optimiser starts at init_lr and the scheduler first
+            # moves after the first update, so step 0 runs at init_lr, not warmup_lr (kept, being the official
+            # run's; cards/moment.md); after that, Lightning's per-step scheduler call follows the update as the
+            # official one does, with the epoch of the step just taken (so an epoch's first step keeps the rate
+            # of the one before, officially too)
+            if step == 0:
+                return 1.0
             return warmup_cosine_factor(step, self.trainer.current_epoch, max_epochs, hp.lr, hp.min_lr,
                                         hp.warmup_lr, hp.warmup_steps)
 
