@@ -186,9 +186,16 @@ class BiasPredictorModule(HubMixin, L.LightningModule):
             0.1 / 1; CelebA 0.01 / 1).
         label_smoothing: official ``cross_entropy(smooth=0.1)``.
         lr, step_size, gamma: Adam 1e-3 with StepLR(10, 0.8) per epoch (official).
+
+    Model selection as the official ``bias_predictor_train``: after every epoch the MAE on the seen (training)
+    combinations (``val/mae_seen``; official ``re_tr_grp`` on ``tr_reduced``) and on the held-out ones
+    (``val/mae_unseen``, reported only: selecting on it would select on the combinations the generators are scored
+    on) are logged; the zoo keeps the epoch with the lowest ``val/mae_seen`` as ``checkpoints/best-*.ckpt``, the
+    file the later phases load (official ``{pred_type}_bias_pred.pt``). On an exact tie Lightning's
+    ``ModelCheckpoint`` keeps the earlier epoch, the official ``<=`` the later one.
     """
 
-    monitor = "val/mae"
+    monitor = "val/mae_seen"
     monitor_mode = "min"
 
     def __init__(self, d: int = 10, hidden_dim: int = 512, feature_dim: int = 256, n_bins: int = 10,
@@ -215,9 +222,12 @@ class BiasPredictorModule(HubMixin, L.LightningModule):
         self.log_dict({"train/loss": loss, "train/mse": mse, "train/ce": ce}, prog_bar=True, batch_size=len(x))
         return loss
 
-    def validation_step(self, batch, batch_idx):  # held-out (unseen) combinations
+    def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        # BiasTableDataModule's loader 0: the seen (training) combinations, loader 1: the held-out ones
         x, bias = batch[0], batch[1]
-        self.log("val/mae", (self(x) - bias).abs().mean(), prog_bar=True, batch_size=len(x), sync_dist=True)
+        name = ("val/mae_seen", "val/mae_unseen")[dataloader_idx]
+        self.log(name, (self(x) - bias).abs().mean(), prog_bar=True, batch_size=len(x), sync_dist=True,
+                 add_dataloader_idx=False)
 
     def test_step(self, batch, batch_idx):
         a, bias, seen = batch
@@ -324,7 +334,8 @@ class VAEModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
         latent_dim, hidden_dim: official 200, 500.
         kl_weight: official ``vae_train_kl_weight: 0.1``.
         lr: Adam for encoder and decoder (official 1e-3 each).
-        predictor_from: phase 1's run (its L̂ ranks the generated combinations in evaluation).
+        predictor_from: phase 1's selected checkpoint, ``<run>/checkpoints/best-*.ckpt`` (its L̂ ranks the
+            generated combinations in evaluation; a run directory alone means its last.ckpt).
         predictor_hidden_dim, predictor_feature_dim, n_bins: that predictor's shape.""" + _EVAL_DOC
 
     def __init__(self, d: int = 10, latent_dim: int = 200, hidden_dim: int = 500, kl_weight: float = 0.1,
@@ -370,7 +381,7 @@ class BGGNModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
     Args:
         d, latent_dim, hidden_dim: as the VAE of phase 2.
         vae_from: phase 2's run (encoder and decoder weights; also its predictor unless ``predictor_from`` is set).
-        predictor_from: phase 1's run (L̂, the reward).
+        predictor_from: phase 1's selected checkpoint, ``<run>/checkpoints/best-*.ckpt`` (L̂, the reward).
         form: ``paper`` (the paper's objective, one term) or ``official`` (the three official terms, as written);
             see `zoo.bggn.objective` and the card.
         gen_batch_size, z_resample, mask_coef, bias_coef, neglog_coef, entropy_coef, baseline_local,
@@ -496,7 +507,8 @@ class SearchTreeModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
         max_depth, min_samples_leaf: the regression tree (scikit-learn).
         leaf_threshold: leaves whose predicted bias exceeds it are expanded (None: ``bias_threshold``).
         max_per_leaf: at most this many combinations per leaf (drawn without repetition when a leaf allows more).
-        predictor_from, predictor_hidden_dim, predictor_feature_dim, n_bins: phase 1's L̂ (ranks the proposals).""" + \
+        predictor_from, predictor_hidden_dim, predictor_feature_dim, n_bins: phase 1's L̂ (ranks the proposals;
+            its selected checkpoint, ``<run>/checkpoints/best-*.ckpt``).""" + \
         _EVAL_DOC
 
     def __init__(self, d: int = 10, max_depth: Optional[int] = None, min_samples_leaf: int = 1,
