@@ -1,10 +1,12 @@
 """Long-tailed CIFAR-10/100 (and an embedded long-tailed digits source) for SCoRe-style training.
 
-The long-tail split follows the official SCoRe / LDAM code: class i keeps
+The long-tail split is LDAM's (and, up to one image of rounding, the official SCoRe code's): class i keeps
 n_i = floor(n_max * (1/IR)^(i / (C - 1))) training images ("exp"), or n_max for the head classes and
 floor(n_max / IR) for the listed tail classes ("step"). Validation and test use the balanced test split,
 as CIFAR-LT papers do. Training batches carry ``n_views`` augmented views per image: x is
-[B, n_views, C, H, W] (SupCon's two-crop recipe); evaluation batches carry one view, [B, C, H, W].
+[B, n_views, C, H, W] (SupCon's two-crop recipe), and, with ``probe_augment``, a third item: one view [B, C, H, W]
+through the linear probe's own transform (the official stage 2 builds its own loader: crop + flip, no colour
+jitter); evaluation batches carry one view, [B, C, H, W].
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ CIFAR_STATS = {
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 _CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
+AUGMENTS = ("supcon", "crop", "light", "none")
 
 
 def long_tail_counts(n_max: int, num_classes: int, imbalance_ratio: float, profile: str = "exp",
@@ -38,6 +41,11 @@ def long_tail_counts(n_max: int, num_classes: int, imbalance_ratio: float, profi
     if profile == "exp":
         if num_classes == 1:
             return [n_max]
+        # The exponent is i/(C-1), as in LDAM's published CIFAR-LT splits, so the last class gets exactly n_max/IR.
+        # The official create_class_imbal_indices computes int(n_max * mu**i) with mu = (1/IR)**(1/(C-1)) instead:
+        # mu**(C-1) rounds just below 1/IR, and the last class loses one image where n_max/IR is a whole number
+        # (CIFAR-100-LT IR 100: 4, not 5, 10,846 images, not the published 10,847; IR 10: 49, not 50; CIFAR-10-LT
+        # IR 50: 99, not 100). We follow the published splits and the definition IR = n_max / n_min deliberately.
         return [max(1, math.floor(n_max * (1.0 / imbalance_ratio) ** (i / (num_classes - 1))))
                 for i in range(num_classes)]
     if profile == "step":
@@ -74,11 +82,12 @@ def embedded_digits(image_size: int = 32, channels: int = 3, test_per_class: int
 
 
 class ViewsDataset(Dataset):
-    """uint8 images [N, C, H, W] + labels; returns n_views transformed views (stacked if > 1)."""
+    """uint8 images [N, C, H, W] + labels; returns n_views transformed views (stacked if > 1), the label and, with a
+    ``probe_transform``, one more view through it (the linear probe's input)."""
 
-    def __init__(self, images: torch.Tensor, labels: np.ndarray, transform, n_views: int = 1):
+    def __init__(self, images: torch.Tensor, labels: np.ndarray, transform, n_views: int = 1, probe_transform=None):
         self.images, self.labels = images, torch.as_tensor(labels, dtype=torch.long)
-        self.transform, self.n_views = transform, n_views
+        self.transform, self.n_views, self.probe_transform = transform, n_views, probe_transform
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -86,22 +95,33 @@ class ViewsDataset(Dataset):
     def __getitem__(self, i):
         img = self.images[i]
         if self.n_views == 1:
-            return self.transform(img), self.labels[i]
-        return torch.stack([self.transform(img) for _ in range(self.n_views)]), self.labels[i]
+            views = self.transform(img)
+        else:
+            views = torch.stack([self.transform(img) for _ in range(self.n_views)])
+        if self.probe_transform is None:
+            return views, self.labels[i]
+        return views, self.labels[i], self.probe_transform(img)
 
 
 def build_transforms(augment: str, size: int, mean, std, hflip: bool = True):
-    """SupCon's two-crop augmentation ("supcon"), a crop-only one ("light"), or none."""
+    """SupCon's two-crop augmentation ("supcon"), its crop without colour ("crop"), a milder crop ("light"), or none.
+
+    "crop" is the official code's transform for the linear probe and the CE baseline (trainval_ce.set_loader, which
+    trainval_stage2.py imports) and for OrganAMNIST's stage 1 (train_stage1.py): RandomResizedCrop(size, scale
+    0.2-1) + horizontal flip, no colour jitter or greyscale.
+    """
     tail = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
     if augment == "none":
         return v2.Compose(tail)
-    if augment == "light":
+    if augment == "crop":
+        head = [v2.RandomResizedCrop(size, scale=(0.2, 1.0), antialias=True)]
+    elif augment == "light":
         head = [v2.RandomResizedCrop(size, scale=(0.6, 1.0), ratio=(0.8, 1.25), antialias=True)]
     elif augment == "supcon":  # SupCon / SCoRe stage 1: crop 0.2-1, flip, jitter 0.4 (p 0.8), grey (p 0.2)
         head = [v2.RandomResizedCrop(size, scale=(0.2, 1.0), antialias=True),
                 v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), v2.RandomGrayscale(p=0.2)]
     else:
-        raise ZooError(f"unknown augment {augment!r}; choose 'supcon', 'light' or 'none'")
+        raise ZooError(f"unknown augment {augment!r}; choose 'supcon', 'crop', 'light' or 'none'")
     if hflip:
         head.insert(1, v2.RandomHorizontalFlip())
     return v2.Compose(head + tail)
@@ -116,12 +136,15 @@ class LongTailDataModule(L.LightningDataModule):
 
     def __init__(self, batch_size: int, num_workers: int, n_views: int, augment: str, hflip: bool,
                  imbalance_ratio: Optional[float], imbalance_type: str, step_classes: Optional[list[int]],
-                 eval_batch_size: Optional[int], seed: int):
+                 eval_batch_size: Optional[int], seed: int, probe_augment: str | None = "crop"):
         super().__init__()
         if n_views < 1:
             raise ZooError(f"n_views must be >= 1, got {n_views}")
+        for name, value in (("augment", augment), ("probe_augment", probe_augment)):
+            if value is not None and value not in AUGMENTS:
+                raise ZooError(f"unknown {name} {value!r}; choose one of {', '.join(AUGMENTS)}")
         self.batch_size, self.num_workers, self.n_views = batch_size, num_workers, n_views
-        self.augment, self.hflip, self.seed = augment, hflip, seed
+        self.augment, self.probe_augment, self.hflip, self.seed = augment, probe_augment, hflip, seed
         self.imbalance_ratio, self.imbalance_type, self.step_classes = imbalance_ratio, imbalance_type, step_classes
         self.eval_batch_size = eval_batch_size or batch_size
 
@@ -142,8 +165,10 @@ class LongTailDataModule(L.LightningDataModule):
         self.train_class_counts = np.bincount(ty, minlength=self.num_classes).tolist()
         rank_zero_info(f"[{type(self).__name__}] train class counts {self.train_class_counts}")
         size = tx.shape[-1]
+        probe = (None if self.probe_augment is None
+                 else build_transforms(self.probe_augment, size, mean, std, self.hflip))
         self.train_set = ViewsDataset(tx, ty, build_transforms(self.augment, size, mean, std, self.hflip),
-                                      self.n_views)
+                                      self.n_views, probe)
         plain = build_transforms("none", size, mean, std)
         self.val_set = ViewsDataset(*(val if val is not None else (ex, ey)), plain)
         self.test_set = ViewsDataset(ex, ey, plain)
@@ -176,7 +201,10 @@ class CIFARLTDataModule(LongTailDataModule):
         imbalance_type: "exp" (exponential profile) or "step".
         step_classes: tail classes of the step profile (default: the second half).
         n_views: augmented views per training image (2 for SCoRe / SupCon, 1 for CE).
-        augment: "supcon" (two-crop recipe), "light" (crop only) or "none".
+        augment: "supcon" (two-crop recipe), "crop" (its crop + flip without colour), "light" (milder crop) or
+            "none".
+        probe_augment: transform of the extra view each training item carries for the stage-2 linear probe
+            ("crop": the official trainval_stage2.py's); None: no probe view (joint / CE training).
     """
 
     # the file options and the sources that read them (`refuse_unread_files`)
@@ -187,10 +215,11 @@ class CIFARLTDataModule(LongTailDataModule):
                  imbalance_ratio: Optional[float] = 100.0, imbalance_type: Literal["exp", "step"] = "exp",
                  step_classes: Optional[list[int]] = None, batch_size: int = 512,
                  eval_batch_size: Optional[int] = None, num_workers: int = 4, n_views: int = 2,
-                 augment: Literal["supcon", "light", "none"] = "supcon", hflip: bool = True,
-                 image_size: int = 32, seed: int = 0):
+                 augment: Literal["supcon", "crop", "light", "none"] = "supcon", hflip: bool = True,
+                 image_size: int = 32, seed: int = 0,
+                 probe_augment: Literal["supcon", "crop", "light", "none"] | None = "crop"):
         super().__init__(batch_size, num_workers, n_views, augment, hflip, imbalance_ratio, imbalance_type,
-                         step_classes, eval_batch_size, seed)
+                         step_classes, eval_batch_size, seed, probe_augment)
         if dataset not in CIFAR_STATS:
             raise ZooError(f"unknown dataset {dataset!r}; choose 'cifar10' or 'cifar100'")
         if source not in ("local", "embedded"):

@@ -83,6 +83,10 @@ class MedMNISTDataModule(LongTailDataModule):
         root: folder holding the .npz files (MedMNIST's default is ~/.medmnist).
         size: image size of the file (28 -> ``<flag>.npz``, else ``<flag>_<size>.npz``).
         imbalance_ratio: None keeps MedMNIST's own imbalance; a number re-samples an exponential tail.
+        as_rgb: repeat grey images to 3 channels, as the official code loads MedMNIST (``as_rgb=True``) for its
+            3-channel ResNet; ``num_channels`` is then 3.
+        augment, probe_augment, hflip, n_views: as for `CIFARLTDataModule` (the official OrganAMNIST recipe is
+            "crop" with flips for stage 1 and the probe).
     """
 
     # the file options and the sources that read them (`refuse_unread_files`)
@@ -92,16 +96,17 @@ class MedMNISTDataModule(LongTailDataModule):
                  root: str = "data/medmnist", size: int = 28, imbalance_ratio: Optional[float] = None,
                  imbalance_type: Literal["exp", "step"] = "exp", step_classes: Optional[list[int]] = None,
                  batch_size: int = 512, eval_batch_size: Optional[int] = None, num_workers: int = 4,
-                 n_views: int = 2, augment: Literal["supcon", "light", "none"] = "supcon", hflip: bool = True,
-                 seed: int = 0):
+                 n_views: int = 2, augment: Literal["supcon", "crop", "light", "none"] = "supcon",
+                 hflip: bool = True, seed: int = 0,
+                 probe_augment: Literal["supcon", "crop", "light", "none"] | None = "crop", as_rgb: bool = False):
         super().__init__(batch_size, num_workers, n_views, augment, hflip, imbalance_ratio, imbalance_type,
-                         step_classes, eval_batch_size, seed)
+                         step_classes, eval_batch_size, seed, probe_augment)
         if source not in ("local", "embedded"):
             raise ZooError(f"unknown source {source!r}; choose 'local' or 'embedded'")
         refuse_unread_files(self, source, locals())
         if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
             raise ZooError(f"batch_size and eval_batch_size must be >= 1, got {batch_size}, {eval_batch_size}")
-        self.flag, self.source, self.root, self.size = flag, source, root, size
+        self.flag, self.source, self.root, self.size, self.as_rgb = flag, source, root, size, as_rgb
 
     @property
     def path(self) -> Path:
@@ -131,6 +136,8 @@ class MedMNISTDataModule(LongTailDataModule):
         def split(s):
             x = torch.from_numpy(np.ascontiguousarray(data[f"{s}_images"]))
             x = x.unsqueeze(1) if x.dim() == 3 else x.permute(0, 3, 1, 2)
+            if self.as_rgb and x.shape[1] == 1:  # medmnist's as_rgb: PIL convert("RGB") of a grey image
+                x = x.expand(-1, 3, -1, -1)
             return x.contiguous(), data[f"{s}_labels"].reshape(-1).astype(np.int64)
 
         train, val, test = split("train"), split("val"), split("test")
@@ -138,5 +145,6 @@ class MedMNISTDataModule(LongTailDataModule):
         self.num_channels = c  # checked against the model's in_chans (SCoReModule.setup)
         self.image_size = tuple(train[0].shape[2:])
         rank_zero_info(f"[MedMNISTDataModule] {self.flag}: {'RGB' if c == 3 else 'grey'} images "
+                       f"{'(grey repeated to RGB) ' if self.as_rgb and data['train_images'].ndim == 3 else ''}"
                        f"{tuple(train[0].shape[2:])}, splits {len(train[1])}/{len(val[1])}/{len(test[1])}")
         return train, test, ((0.5,) * c, (0.5,) * c), val

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.cifar_lt import CIFARLTDataModule, long_tail_counts, long_tail_indices
+from datamodules.cifar_lt import CIFARLTDataModule, build_transforms, long_tail_counts, long_tail_indices
 from datamodules.medmnist import KEYS, MedMNISTDataModule
 from zoo.errors import ZooError
 from zoo.score.module import shot_groups
@@ -15,6 +15,23 @@ def test_exponential_profile_matches_published_cifar10_lt_counts():
     counts = long_tail_counts(5000, 10, 100)
     assert counts == [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]
     assert sum(long_tail_counts(500, 100, 100)) == 10847  # CIFAR-100-LT at IR 100
+
+
+def _official_counts(n_max, num_classes, ir):
+    """The official create_class_imbal_indices' profile, transcribed: int(n_max * mu**i), mu = (1/IR)**(1/(C-1))."""
+    mu = np.power(1 / ir, 1 / (num_classes - 1))
+    return [int(n_max * np.power(mu, i)) for i in range(num_classes)]
+
+
+@pytest.mark.parametrize("n_max, classes, ir, official_last", [(500, 100, 100, 4), (500, 100, 10, 49),
+                                                                 (5000, 10, 50, 99), (5000, 10, 100, 50)])
+def test_exponential_profile_keeps_n_max_over_ir_where_the_official_rounds_one_image_away(
+        n_max, classes, ir, official_last):
+    """Our deliberate choice (cifar_lt.long_tail_counts): the last class gets exactly n_max / IR (LDAM's published
+    splits); the official mu**i falls just below it, and int() drops one image there, nowhere else."""
+    ours, official = long_tail_counts(n_max, classes, ir), _official_counts(n_max, classes, ir)
+    assert ours[-1] == n_max // ir and official[-1] == official_last
+    assert ours[:-1] == official[:-1]
 
 
 def test_step_profile_and_bad_profile():
@@ -42,8 +59,9 @@ def test_embedded_cifar_lt_gives_two_view_batches():
     dm.setup("fit")
     counts = dm.train_class_counts
     assert counts == long_tail_counts(counts[0], 10, 10)  # exponential profile from the smallest pool
-    x, y = next(iter(dm.train_dataloader()))
+    x, y, probe = next(iter(dm.train_dataloader()))
     assert x.shape == (16, 2, 3, 16, 16) and x.dtype == torch.float32 and y.shape == (16,)
+    assert probe.shape == (16, 3, 16, 16)  # the linear probe's own view
     assert not torch.equal(x[:, 0], x[:, 1])  # two different augmentations
     xe, ye = next(iter(dm.test_dataloader()))
     assert xe.shape[1:] == (3, 16, 16)
@@ -88,7 +106,7 @@ def test_medmnist_npz_in_real_layout(tmp_path, rgb):
     dm.setup("fit")
     c = 3 if rgb else 1
     assert dm.num_classes == 3 and dm.train_class_counts == [20, 20, 20]
-    x, y = next(iter(dm.train_dataloader()))
+    x = next(iter(dm.train_dataloader()))[0]
     assert x.shape == (8, 2, c, 28, 28)
     assert len(dm.val_set) == 12 and len(dm.test_set) == 18  # MedMNIST's own val split is used
     xe, ye = dm.test_set[5]
@@ -145,3 +163,62 @@ def test_embedded_medmnist_has_the_real_keys():
     assert set(d) == set(KEYS)
     assert d["train_images"].dtype == np.uint8 and d["train_images"].shape[1:] == (28, 28)
     assert d["train_labels"].shape[1] == 1
+
+
+def _official_probe_transform(t, size, mean, std):
+    """trainval_ce.set_loader's train transform (trainval_stage2.py's loader), for CIFAR and MedMNIST alike:
+    RandomResizedCrop(size, scale=(0.2, 1.)), RandomHorizontalFlip(), ToTensor(), Normalize(mean, std)."""
+    from torchvision.transforms import v2
+
+    crop, flip, to_float, norm = t.transforms
+    assert isinstance(crop, v2.RandomResizedCrop) and tuple(crop.size) == (size, size) and crop.scale == (0.2, 1.0)
+    assert crop.ratio == pytest.approx((3 / 4, 4 / 3))
+    assert isinstance(flip, v2.RandomHorizontalFlip) and flip.p == 0.5
+    assert isinstance(to_float, v2.ToDtype) and to_float.scale
+    assert isinstance(norm, v2.Normalize) and list(norm.mean) == list(mean) and list(norm.std) == list(std)
+
+
+def test_the_probe_view_goes_through_the_official_probe_transform(tmp_path):
+    """The stage-2 probe trained on view 0 of SupCon's stage-1 augmentation (colour jitter, greyscale); the official
+    trainval_stage2.py builds its own loader: crop + flip + normalise, nothing else."""
+    dm = CIFARLTDataModule(source="embedded", imbalance_ratio=10, batch_size=16, num_workers=0, image_size=16)
+    dm.setup("fit")
+    assert dm.augment == "supcon" and dm.probe_augment == "crop"
+    _official_probe_transform(dm.train_set.probe_transform, 16, (0.5,) * 3, (0.5,) * 3)
+    _write_medmnist(tmp_path / "organamnist.npz")
+    dm = MedMNISTDataModule(root=str(tmp_path), batch_size=8, num_workers=0, as_rgb=True)
+    dm.setup("fit")
+    _official_probe_transform(dm.train_set.probe_transform, 28, (0.5,) * 3, (0.5,) * 3)
+    assert [type(t).__name__ for t in build_transforms("crop", 28, (0.5,), (0.5,), hflip=False).transforms] == [
+        "RandomResizedCrop", "ToDtype", "Normalize"]  # hflip: false drops the flip here too
+
+
+def test_probe_views_keep_their_colours_while_supcon_views_do_not(flat_colour_dermamnist):
+    root, data = flat_colour_dermamnist
+    dm = MedMNISTDataModule(flag="dermamnist", root=str(root), batch_size=48, num_workers=0, augment="supcon")
+    dm.setup("fit")
+    views, _, probe = next(iter(dm.train_dataloader()))
+    colours = {tuple(c) for c in data["train_images"][:, 0, 0]}
+    as_colour = [tuple(np.round((p[:, 0, 0].numpy() * 0.5 + 0.5) * 255).astype(np.uint8)) for p in probe]
+    assert all(torch.equal(p, p[:, :1, :1].expand_as(p)) for p in probe) and set(as_colour) <= colours
+    jittered = [tuple(np.round((v[:, 0, 0].numpy() * 0.5 + 0.5) * 255).astype(np.uint8)) not in colours
+                for v in views[:, 0]]
+    assert sum(jittered) > len(jittered) // 2  # SupCon's view 0: jittered (p 0.8) or grey (p 0.2) mostly
+
+
+def test_as_rgb_repeats_grey_medmnist_to_three_channels(tmp_path):
+    data = _write_medmnist(tmp_path / "organamnist.npz")
+    dm = MedMNISTDataModule(root=str(tmp_path), num_workers=0, as_rgb=True)
+    dm.setup("fit")
+    assert dm.num_channels == 3 and dm.train_set.images.shape[1:] == (3, 28, 28)
+    grey = torch.from_numpy(data["train_images"])
+    assert all(torch.equal(dm.train_set.images[:, c], grey) for c in range(3))  # medmnist's convert("RGB")
+    rgb = MedMNISTDataModule(flag="dermamnist", root=str(tmp_path), num_workers=0, as_rgb=True)
+    _write_medmnist(tmp_path / "dermamnist.npz", rgb=True)
+    rgb.setup("fit")
+    assert rgb.num_channels == 3  # RGB files are unchanged
+
+
+def test_unknown_augment_is_named():
+    with pytest.raises(ZooError, match="unknown probe_augment 'jitter'; choose one of supcon, crop, light, none"):
+        CIFARLTDataModule(probe_augment="jitter")

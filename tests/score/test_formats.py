@@ -39,7 +39,7 @@ def _fit(root, *extra):
 
 def test_rgb_medmnist_with_a_one_channel_model_is_a_one_line_error(in_tmp, capsys):
     write_dermamnist(in_tmp / "dermamnist.npz")
-    assert _fit(in_tmp) == 2  # was a convolution traceback: expected input[..., 3, 28, 28] to have 1 channels
+    assert _fit(in_tmp, "--model.init_args.in_chans", "1", "--data.init_args.as_rgb", "false") == 2  # was a convolution traceback: expected input[..., 3, 28, 28] to have 1 channels
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "zoo: error: model.in_chans=1 but the data has 3-channel images; set --model.init_args.in_chans 3"
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from datamodules.cifar_lt import CIFARLTDataModule
+from datamodules.medmnist import MedMNISTDataModule
 from zoo.errors import ZooError
 from zoo.score import SCoReModule
 from zoo.score.model import build_encoder
@@ -37,6 +38,55 @@ def test_two_stage_trains_encoder_then_only_the_probe(tmp_path):
     logged = trainer.callback_metrics
     assert {"test/acc", "test/acc_many", "test/acc_medium", "test/acc_few", "test/acc_class_9"} <= set(logged)
     assert (tmp_path / "per_class_accuracy.csv").read_text().count("\n") == 11
+
+
+def _fit_two_stage(dm, tmp_path, callbacks=(), max_epochs=2, num_classes=3):
+    model = SCoReModule(encoder="tiny_cnn", num_classes=num_classes, proj_dim=16, objective="fl_cf", stage1_epochs=1,
+                        many_threshold=50, few_threshold=15)
+    trainer = L.Trainer(max_epochs=max_epochs, callbacks=list(callbacks), accelerator="cpu", devices=1,
+                        limit_train_batches=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp_path))
+    trainer.fit(model, dm)
+    return model
+
+
+def test_the_probe_trains_on_the_probe_view_not_on_a_supcon_view(tmp_path, flat_colour_dermamnist):
+    """The probe stage fed the encoder view 0 of SupCon's stage-1 augmentation (colour-jittered with p 0.8,
+    greyscaled with p 0.2); the official trainval_stage2.py trains on crop + flip only. Flat-colour images show it:
+    the probe stage's encoder inputs must be the batch's probe view, every one still one of the images' colours."""
+    root, data = flat_colour_dermamnist
+    colours = {tuple(c) for c in data["train_images"][:, 0, 0]}
+    dm = MedMNISTDataModule(flag="dermamnist", root=str(root), batch_size=24, num_workers=0, augment="supcon")
+    seen = []  # per probe step: (the encoder's input, the batch)
+
+    class Record(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if module.in_probe_stage:
+                self.handle = module.net.encoder.register_forward_pre_hook(
+                    lambda m, args: seen.append((args[0], batch)))
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if module.in_probe_stage:
+                self.handle.remove()
+
+    _fit_two_stage(dm, tmp_path, [Record()])
+    assert len(seen) == 2  # two probe steps
+    for encoder_input, batch in seen:
+        rgb = {tuple(round(v) for v in ((x[:, 0, 0] * 0.5 + 0.5) * 255).tolist()) for x in encoder_input}
+        assert rgb <= colours, f"{len(rgb - colours)} of {len(rgb)} probe inputs colour-jittered or greyscaled"
+        assert torch.equal(encoder_input, batch[2])
+
+
+def test_two_stage_without_a_probe_view_is_a_one_line_error(tmp_path):
+    dm = CIFARLTDataModule(source="embedded", image_size=8, imbalance_ratio=10, batch_size=32, num_workers=0,
+                           augment="light", probe_augment=None)
+    with pytest.raises(ZooError, match="data.probe_augment is null; set it .the official probe's transform is 'crop'"):
+        _fit_two_stage(dm, tmp_path, num_classes=10)
+    model = SCoReModule(encoder="tiny_cnn", num_classes=10, stage1_epochs=0)
+    model.trainer = L.Trainer(logger=False)  # epoch 0 >= stage1_epochs: the probe stage
+    x = torch.randn(4, 2, 3, 8, 8)
+    with pytest.raises(ZooError, match=r"the probe stage needs training batches \(views, labels, probe view\)"):
+        model.training_step((x, torch.zeros(4, dtype=torch.long)), 0)
 
 
 def test_long_tail_metrics_closed_form():

@@ -3,8 +3,10 @@
 Stage 1 (epochs < ``stage1_epochs``) trains encoder + projection head with a SCoRe objective on the
 two augmented views of each image; stage 2 (the remaining epochs of ``trainer.max_epochs``) freezes the
 encoder (BatchNorm in eval mode) and trains the linear classifier with cross-entropy, as the official
-`train_stage1.py` / `trainval_stage2.py` pair does. ``training="joint"`` adds the objective to
-cross-entropy end to end (GLMC-style ``contrast_weight``); ``objective="ce"`` is the CE baseline.
+`train_stage1.py` / `trainval_stage2.py` pair does. The probe trains on the third item of each training batch,
+the datamodule's probe view (``probe_augment``), not on a stage-1 view: trainval_stage2.py builds its own loader
+with trainval_ce.set_loader's transform (crop + flip, no colour jitter or greyscale). ``training="joint"`` adds
+the objective to cross-entropy end to end (GLMC-style ``contrast_weight``); ``objective="ce"`` is the CE baseline.
 """
 
 from __future__ import annotations
@@ -132,6 +134,10 @@ class SCoReModule(HubMixin, L.LightningModule):
         nc = getattr(dm, "num_classes", None)
         if nc is not None and nc != self.hparams.num_classes:
             raise ZooError(f"model.num_classes={self.hparams.num_classes} but the data has {nc} classes")
+        if (stage == "fit" and self.hparams.training == "two_stage" and dm is not None
+                and getattr(dm, "probe_augment", "") is None):
+            raise ZooError("two-stage training's linear probe trains on the datamodule's probe view, and "
+                           "data.probe_augment is null; set it (the official probe's transform is 'crop')")
         ch = getattr(dm, "num_channels", None)  # e.g. MedMNIST: grey (1) or RGB (3, DermaMNIST) by flag
         if ch is not None and ch != self.hparams.in_chans:
             raise ZooError(f"model.in_chans={self.hparams.in_chans} but the data has {ch}-channel images; "
@@ -143,10 +149,13 @@ class SCoReModule(HubMixin, L.LightningModule):
             self.net.head.eval()
 
     def training_step(self, batch, batch_idx):
-        x, y = batch
+        x, y = batch[0], batch[1]
         if self.in_probe_stage:
+            if len(batch) < 3:  # the stage-1 views are SupCon's colour-jittered crops, not the probe's input
+                raise ZooError("the probe stage needs training batches (views, labels, probe view): use a "
+                               "datamodule with probe_augment set (CIFARLTDataModule, MedMNISTDataModule)")
             with torch.no_grad():
-                h = self.net.encoder(x[:, 0] if x.dim() == 5 else x)
+                h = self.net.encoder(batch[2])
             loss = F.cross_entropy(self.net.classifier(h), y)
             self.log("train/ce", loss, prog_bar=True)
         else:
