@@ -14,7 +14,8 @@ Both then go through the official sampling: ``n_points`` surface points split by
 re-centred at its point mean and rotated by a random rotation. Validation/test draws are fixed per sample index;
 training draws change every time a sample is read. Pairwise training swaps the two parts with probability 1/2;
 multi-part training/validation picks a random source part and the part with most fracture points (within 0.015)
-as target (official ``read_obj_data``); multi-part test samples hold every part.
+as target (official ``read_obj_data``); multi-part test samples hold every part. A diagnostic option,
+``train_redraw``, keeps some of a pairwise training read fixed (the overfitting probe of cards/pmtr.md).
 
 A sample: ``parts`` (list of (n_i, 3) posed points), ``gt_rotations`` R_i, ``gt_translations`` c_i (a part point
 is x = R_i (p - c_i)), ``anchor`` (index of the part with the largest area), ``name``.
@@ -176,24 +177,31 @@ def fracture_pair(points: list[np.ndarray], rng: np.random.Generator, threshold:
     return src, int(np.argmax(counts))
 
 
-def pose_parts(points: list[np.ndarray], rng: np.random.Generator):
+def pose_parts(points: list[np.ndarray], rotations: list[np.ndarray]):
+    """Each part re-centred at its point mean and rotated: x = R_i (p - c_i)."""
     posed, rots, cens = [], [], []
-    for p in points:
+    for p, r in zip(points, rotations):
         c = p.mean(axis=0)
-        r = Rotation.random(random_state=rng).as_matrix()
         posed.append(torch.tensor((p - c) @ r.T, dtype=torch.float32))
         rots.append(torch.tensor(r, dtype=torch.float32))
         cens.append(torch.tensor(c, dtype=torch.float32))
     return posed, rots, cens
 
 
+# what a training read can redraw (`train_redraw`): the surface points, the source/target order, the per-part pose
+REDRAW = ("points", "order", "rotation")
+
+
 class FractureDataset(Dataset):
-    """Samples from a list of fractures; `load(i)` returns the part meshes of fracture i."""
+    """Samples from a list of fractures; `load(i)` returns the part meshes of fracture i. `redraw`: what a pairwise
+    training read draws anew (see `BreakingBadDataModule`'s `train_redraw`); the rest is kept from the sample's
+    first read."""
 
     def __init__(self, names: list[str], load, split: str, n_points: int, min_points: int, multi_part: bool,
-                 seed: int):
+                 seed: int, redraw: tuple[str, ...] = REDRAW):
         self.names, self.load, self.split = names, load, split
         self.n_points, self.min_points, self.multi_part, self.seed = n_points, min_points, multi_part, seed
+        self.redraw = frozenset(redraw)
         self.draws = [0] * len(names)
 
     def __len__(self) -> int:
@@ -207,22 +215,39 @@ class FractureDataset(Dataset):
     def load_state_dict(self, state: dict) -> None:
         self.draws = list(state["draws"])
 
-    def __getitem__(self, i: int) -> dict:
-        if self.split == "train":  # a new draw every read, reproducible from the seed
-            rng = np.random.default_rng([self.seed, i, self.draws[i]])
-            self.draws[i] += 1
-        else:  # fixed per sample, as the official np.random.seed(idx)
-            rng = np.random.default_rng([self.seed, i, 1 << 20])
-        meshes = self.load(i)
-        pts = sample_parts(meshes, self.n_points, self.min_points, rng, self.names[i])
-        areas = [float(m.area) for m in meshes]
-        anchor = int(np.argmax(areas))
+    def _draw(self, meshes, areas: list[float], rng: np.random.Generator, name: str):
+        """One draw, from one generator in this order: every part's points, then (training) the pair and its order,
+        then one rotation per posed part. Returns (points of every part, posed part indices, anchor, {part index:
+        rotation})."""
+        pts = sample_parts(meshes, self.n_points, self.min_points, rng, name)
+        order, anchor = list(range(len(pts))), int(np.argmax(areas))
         if self.split != "test" and len(pts) > 2:
             s, t = fracture_pair(pts, rng)
-            pts, anchor = [pts[s], pts[t]], 0 if areas[s] >= areas[t] else 1
-        if self.split == "train" and len(pts) == 2 and rng.random() > 0.5:
-            pts, anchor = pts[::-1], 1 - anchor
-        posed, rots, cens = pose_parts(pts, rng)
+            order, anchor = [s, t], 0 if areas[s] >= areas[t] else 1
+        if self.split == "train" and len(order) == 2 and rng.random() > 0.5:
+            order, anchor = order[::-1], 1 - anchor
+        return pts, order, anchor, {p: Rotation.random(random_state=rng).as_matrix() for p in order}
+
+    def __getitem__(self, i: int) -> dict:
+        meshes = self.load(i)
+        areas = [float(m.area) for m in meshes]
+        if self.split == "train":  # a new draw every read, reproducible from the seed
+            read = self.draws[i]
+            self.draws[i] += 1
+            draws: dict[int, tuple] = {}
+
+            def draw(k: int) -> tuple:  # read k's whole draw; an aspect not redrawn comes from read 0
+                if k not in draws:
+                    draws[k] = self._draw(meshes, areas, np.random.default_rng([self.seed, i, k]), self.names[i])
+                return draws[k]
+
+            pts = draw(read if "points" in self.redraw else 0)[0]
+            _, order, anchor, _ = draw(read if "order" in self.redraw else 0)
+            rotation = draw(read if "rotation" in self.redraw else 0)[3]  # per part, whatever its position
+        else:  # fixed per sample, as the official np.random.seed(idx)
+            pts, order, anchor, rotation = self._draw(meshes, areas, np.random.default_rng([self.seed, i, 1 << 20]),
+                                                      self.names[i])
+        posed, rots, cens = pose_parts([pts[p] for p in order], [rotation[p] for p in order])
         return {"parts": posed, "gt_rotations": rots, "gt_translations": cens, "anchor": anchor,
                 "name": self.names[i]}
 
@@ -247,6 +272,11 @@ class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
     limit_train, limit_val: keep only the first samples of a real split (None: all).
     seed: all sampling and posing draws.
     batch_size: must be 1 (PMTR processes one sample per step, as the official code).
+    train_redraw: what a pairwise training read draws anew, among ``points`` (the surface sample), ``order`` (the
+        source/target swap) and ``rotation`` (each part's random pose); what is left out is kept from the sample's
+        first read (its first draw's points, order, or each part's rotation), so ``[]`` is one fixed posed pair at
+        every read. Default: all three, the paper's training. A diagnostic (the overfitting probe of
+        cards/pmtr.md), not a paper setting; validation and test draws are fixed per sample either way.
     """
 
     # the file options and the sources that read them (`refuse_unread_files`)
@@ -272,10 +302,17 @@ class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
         seed: int = 0,
         batch_size: int = 1,
         num_workers: int = 0,
+        train_redraw: tuple[str, ...] = REDRAW,
     ):
         super().__init__()
         self.save_hyperparameters()
         refuse_unread_files(self, source, locals())
+        unknown = [x for x in train_redraw if x not in REDRAW]
+        if unknown:
+            raise ZooError(f"train_redraw: unknown {', '.join(map(repr, unknown))}; choose among {', '.join(REDRAW)}")
+        if set(train_redraw) != set(REDRAW) and max_part > 2:
+            raise ZooError(f"train_redraw={list(train_redraw)} is a pairwise diagnostic (max_part=2); multi-part "
+                           f"training (max_part={max_part}) redraws everything")
         if batch_size != 1:
             raise ZooError(f"batch_size must be 1 (PMTR matches one pair per step, as the official code), got "
                            f"{batch_size}")
@@ -305,7 +342,7 @@ class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
         rank_zero_info(f"[breaking_bad] source=breaking_bad ({hp.category}, {file_split} list): {len(names)} "
                        f"fractures with {hp.min_part}-{hp.max_part} parts from {root}")
         return FractureDataset(names, lambda i: read_fracture(root / entries[i][1], entries[i][0]), split,
-                               hp.n_points, hp.min_points_per_part, self.multi_part, hp.seed)
+                               hp.n_points, hp.min_points_per_part, self.multi_part, hp.seed, tuple(hp.train_redraw))
 
     def _synthetic(self, split: str, n: int, offset: int) -> FractureDataset:
         hp = self.hparams
@@ -318,7 +355,7 @@ class BreakingBadDataModule(SplitLoaders, L.LightningDataModule):
         rank_zero_info(f"[breaking_bad] source=synthetic: {n} seeded {split} fractures, {hp.min_part}-"
                        f"{min(hp.max_part, 5)} parts (trimesh primitives cut by slice_mesh_plane(cap=True))")
         return FractureDataset(names, lambda i: fractures[i], split, hp.n_points, hp.min_points_per_part,
-                               self.multi_part, hp.seed)
+                               self.multi_part, hp.seed, tuple(hp.train_redraw))
 
     def setup(self, stage: Optional[str] = None) -> None:
         hp = self.hparams

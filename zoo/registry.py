@@ -275,7 +275,7 @@ PAPERS: dict[str, Paper] = {
             modules=("zoo.pmtr.PMTRModule",),
             datamodules=("datamodules.breaking_bad.BreakingBadDataModule",),
             configs=("pmtr_everyday", "pmtr_artifact", "pmtr_everyday_multi"),
-            sweeps=("pmtr_synthetic_pairs",),
+            sweeps=("pmtr_synthetic_pairs", "pmtr_overfit_probe"),
         ),
         Paper(
             "moment",

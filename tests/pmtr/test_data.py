@@ -140,3 +140,120 @@ def test_synthetic_source_is_seeded_and_logged_in_the_card():
     first, second = a._sets["train"][0], a._sets["train"][0]
     assert not first["gt_rotations"][0].equal(second["gt_rotations"][0])  # a new training draw per read
     assert a.card_metadata()["data_source"].startswith("embedded: seeded synthetic fractures")
+
+
+def _head_read(ds, i, read):
+    """Oracle: a read as the code before `train_redraw` made it (commit f977a30's `FractureDataset.__getitem__` and
+    `pose_parts`, copied): one generator, points, then pair/order, then one rotation per posed part."""
+    from scipy.spatial.transform import Rotation
+
+    from datamodules.breaking_bad import sample_parts
+
+    rng = np.random.default_rng([ds.seed, i, read if ds.split == "train" else 1 << 20])
+    meshes = ds.load(i)
+    pts = sample_parts(meshes, ds.n_points, ds.min_points, rng, ds.names[i])
+    areas = [float(m.area) for m in meshes]
+    anchor = int(np.argmax(areas))
+    if ds.split != "test" and len(pts) > 2:
+        s, t = fracture_pair(pts, rng)
+        pts, anchor = [pts[s], pts[t]], 0 if areas[s] >= areas[t] else 1
+    if ds.split == "train" and len(pts) == 2 and rng.random() > 0.5:
+        pts, anchor = pts[::-1], 1 - anchor
+    posed, rots, cens = [], [], []
+    for p in pts:
+        c = p.mean(axis=0)
+        r = Rotation.random(random_state=rng).as_matrix()
+        posed.append(torch.tensor((p - c) @ r.T, dtype=torch.float32))
+        rots.append(torch.tensor(r, dtype=torch.float32))
+        cens.append(torch.tensor(c, dtype=torch.float32))
+    return {"parts": posed, "gt_rotations": rots, "gt_translations": cens, "anchor": anchor, "name": ds.names[i]}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a["anchor"] == b["anchor"] and a["name"] == b["name"] and all(
+        len(a[k]) == len(b[k]) and all(x.equal(y) for x, y in zip(a[k], b[k]))
+        for k in ("parts", "gt_rotations", "gt_translations"))
+
+
+def _synthetic_dm(**kw):
+    args = {"source": "synthetic", "n_train": 2, "n_val": 1, "n_test": 1, "n_points": 400, "min_points_per_part": 100,
+            "subdivisions": 2, "seed": 3}
+    dm = BreakingBadDataModule(**{**args, **kw})
+    dm.setup(None)
+    return dm
+
+
+@pytest.mark.parametrize("max_part", [2, 3])
+def test_default_draws_are_the_draws_before_train_redraw(max_part):
+    # the default redraws points, order and rotation from one generator in the old order, bit for bit
+    dm = _synthetic_dm(max_part=max_part)
+    for split in ("train", "val", "test"):
+        ds = dm._sets[split]
+        for read in range(3):
+            for i in range(len(ds)):
+                assert _same(ds[i], _head_read(ds, i, read)), (split, i, read)
+
+
+def _parts_by_identity(sample: dict, centres: list[torch.Tensor]) -> list[int]:
+    """Which part of the fracture sits at each position: the nearest part centre of the first read (the centres of
+    one part move by ~0.01 between draws, two parts' centres are ~0.3 apart)."""
+    return [int(torch.stack([(c - x).norm() for x in centres]).argmin()) for c in sample["gt_translations"]]
+
+
+@pytest.mark.parametrize("redraw", [(), ("rotation",), ("points", "order"), ("points",), ("order",),
+                                    ("points", "order", "rotation")])
+def test_train_redraw_redraws_exactly_what_it_names(redraw):
+    ds = _synthetic_dm(train_redraw=redraw)._sets["train"]
+    default = _synthetic_dm()._sets["train"]
+    reads = [ds[0] for _ in range(8)]
+    assert _same(reads[0], default[0])  # every setting's first read is the default's first read
+    first = reads[0]
+    ids0 = _parts_by_identity(first, first["gt_translations"])
+    assert ids0 == [0, 1]
+    # part identity -> (its centred assembly-frame points, its rotation) at each read
+    swapped, moved, turned = [], [], []
+    for s in reads[1:]:
+        ids = _parts_by_identity(s, first["gt_translations"])
+        assert sorted(ids) == [0, 1]
+        swapped.append(ids != ids0)
+        for pos, p in enumerate(ids):
+            centred = (s["parts"][pos].double() @ s["gt_rotations"][pos].double())
+            centred0 = first["parts"][p].double() @ first["gt_rotations"][p].double()
+            same_points = centred.shape == centred0.shape and torch.allclose(centred, centred0, atol=1e-5, rtol=0)
+            moved.append(not same_points)
+            if not same_points:  # a new sample: not even one point in common
+                assert torch.cdist(centred, centred0).min() > 1e-6
+            else:
+                assert s["gt_translations"][pos].equal(first["gt_translations"][p])
+            same_rotation = s["gt_rotations"][pos].equal(first["gt_rotations"][p])
+            turned.append(not same_rotation)
+            if not same_rotation:
+                assert (s["gt_rotations"][pos] - first["gt_rotations"][p]).abs().max() > 1e-3
+    # redrawn: changes at every read (points, rotation) or at some reads (the swap, probability 1/2); kept: never
+    assert all(moved) if "points" in redraw else not any(moved)
+    assert all(turned) if "rotation" in redraw else not any(turned)
+    assert any(swapped) and not all(swapped) if "order" in redraw else not any(swapped)
+    if not redraw:  # one fixed posed pair
+        assert all(_same(s, first) for s in reads)
+
+
+def test_train_redraw_is_seeded_and_resumes():
+    a, b = (_synthetic_dm(train_redraw=("rotation",))._sets["train"] for _ in range(2))
+    first = a[1]
+    assert _same(first, b[1])
+    for _ in range(3):
+        assert _same(a[1], b[1])
+    c = _synthetic_dm(train_redraw=("rotation",))._sets["train"]
+    c.load_state_dict(a.state_dict())  # as the stateful loader restores it from last.ckpt
+    nxt = a[1]
+    assert _same(nxt, c[1]) and not _same(nxt, first)
+    other = _synthetic_dm(train_redraw=("rotation",), seed=4)._sets["train"]
+    assert not _same(other[1], first)
+
+
+def test_train_redraw_refusals():
+    with pytest.raises(ZooError, match=r"train_redraw: unknown 'pose'; choose among points, order, rotation"):
+        BreakingBadDataModule(source="synthetic", train_redraw=("points", "pose"))
+    with pytest.raises(ZooError, match="pairwise diagnostic"):
+        BreakingBadDataModule(source="synthetic", max_part=3, train_redraw=("rotation",))
+    BreakingBadDataModule(source="synthetic", max_part=3)  # the default stays valid for multi-part
