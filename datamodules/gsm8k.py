@@ -8,7 +8,9 @@ Sources (explicit, logged, never a silent fallback):
   `<<a*b=c>>` calculator annotations and a final `#### N`), for smoke runs and tests.
 
 Training (official RoSA recipe, llm-foundry `tasks.py`): prompt = the question, response = the raw answer
-(calculator annotations and `#### N` included), concatenated with no separator; prompt tokens get label -100.
+(calculator annotations and `#### N` included), concatenated with no separator; prompt tokens get label -100. The
+tokens around them follow llm-foundry by default (`tokenize_llm_foundry`: with Llama-2, ``[BOS] prompt [BOS] response
+[EOS]``); ``tokenization: plain`` gives ``[BOS] prompt response [EOS]`` (`tokenize_example`).
 Evaluation (lm-eval-harness `gsm8k.py` at 2c18e367, 0-shot): context ``"Question: {q}\\nAnswer:"``, greedy
 decoding until one of ``[":", "Question:", "Question"]``, answer = first match of ``#### (\\-?[0-9\\.\\,]+)``
 with commas removed, exact string match with the reference's answer.
@@ -24,7 +26,7 @@ from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
 from zoo.data import content_digest, reading, refuse_unread_files, train_loader
@@ -167,7 +169,9 @@ def load_gsm8k(source: str, path: Optional[str] = None, embedded_size: int = 256
 # --- tokenisation -------------------------------------------------------------------------------------------
 
 def tokenize_example(tokenizer, prompt: str, response: str, max_length: int) -> dict[str, list[int]]:
-    """prompt ids (with BOS if the tokenizer has one) + response ids + EOS; labels -100 on the prompt.
+    """The ``plain`` format: prompt ids (with BOS if the tokenizer has one) + response ids + EOS; labels -100 on the
+    prompt. No special tokens otherwise: with Llama-2 ``[BOS] prompt response [EOS]``, with ByT5 ``prompt response
+    [EOS]`` (the official recipe's format is `tokenize_llm_foundry`).
 
     Over `max_length`, the prompt loses tokens from its left (down to half the budget) and then the response
     from its right, so every example keeps supervised tokens (an all -100 row would give a NaN loss).
@@ -182,6 +186,37 @@ def tokenize_example(tokenizer, prompt: str, response: str, max_length: int) -> 
     ids = (p + r)[:max_length]
     labels = ([-100] * len(p) + r)[:max_length]
     return {"input_ids": ids, "labels": labels}
+
+
+def tokenize_llm_foundry(tokenizer, prompt: str, response: str, max_length: int) -> dict[str, list[int]] | None:
+    """The official recipe's training example (llm-foundry in IST-DASLab/RoSA): `tasks.py` tokenises
+    ``tokenizer(text=prompt, text_target=response)``, each side with the tokenizer's special tokens, and the
+    decoder-only path of its `Seq2SeqFinetuningCollator` drops pad tokens from both sides, appends EOS to the target
+    unless it already ends in EOS, and supervises the target alone. With Llama-2 (BOS added, EOS not):
+    ``[BOS] prompt [BOS] response [EOS]``, the second BOS a supervised target token; with ByT5 (EOS added, no BOS):
+    ``prompt [EOS] response [EOS]``.
+
+    Over `max_length`, as in that collator: an example whose context alone fills `max_length` is skipped (None is
+    returned; the datamodule drops it and says how many); otherwise the target keeps its *last*
+    ``max_length - len(context)`` tokens and ends in EOS (the collator's ``target[-n_target:]``, which cuts the start of
+    the response, not its end as its comment says).
+    """
+    enc = tokenizer(text=prompt, text_target=response)
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    context = [t for t in enc["input_ids"] if t != pad]
+    target = [t for t in enc["labels"] if t != pad]
+    if not target or target[-1] != eos:
+        target.append(eos)
+    if len(context) >= max_length:
+        return None
+    if len(context) + len(target) > max_length:
+        target = target[len(context) + len(target) - max_length:]
+        target[-1] = eos
+    return {"input_ids": context + target, "labels": [-100] * len(context) + target}
+
+
+# the datamodule's `tokenization` option: the training example's format
+TOKENIZATIONS = {"llm-foundry": tokenize_llm_foundry, "plain": tokenize_example}
 
 
 class _TrainCollate:
@@ -216,6 +251,7 @@ class GSM8KDataModule(L.LightningDataModule):
         batch_size: int = 1,
         eval_batch_size: int = 8,
         train_template: str = "{question}",
+        tokenization: Literal["llm-foundry", "plain"] = "llm-foundry",
         eval_template: str = EVAL_TEMPLATE,
         num_train: Optional[int] = None,
         num_val: int = 0,
@@ -236,6 +272,13 @@ class GSM8KDataModule(L.LightningDataModule):
             eval_batch_size: prompts per generation batch.
             train_template: training prompt; the official recipe uses the bare question ("{question}") and
                 appends the answer with no separator.
+            tokenization: the special tokens around prompt and answer. "llm-foundry" (the official recipe's
+                finetuning pipeline): the prompt and the answer each tokenised with the tokenizer's special tokens,
+                EOS appended to the answer unless it ends in one; with Llama-2 ``[BOS] prompt [BOS] answer [EOS]``, the
+                second BOS a supervised token; examples whose prompt alone fills `max_length` are skipped, longer
+                ones lose the start of the answer (as llm-foundry's collator). "plain": ``[BOS] prompt answer [EOS]``
+                (BOS only if the tokenizer has one); longer examples lose prompt tokens from the left, then answer
+                tokens from the right.
             eval_template: 0-shot evaluation context (lm-eval-harness gsm8k).
             num_train: use only the first N training rows (default: all).
             num_val: hold out the last N training rows as a validation set evaluated by generation (0: none;
@@ -252,6 +295,8 @@ class GSM8KDataModule(L.LightningDataModule):
         if source not in ("hub", "local", "embedded"):
             raise ZooError(f"unknown GSM8K source {source!r}; use 'hub', 'local' or 'embedded'")
         refuse_unread_files(self, source, locals())
+        if tokenization not in TOKENIZATIONS:
+            raise ZooError(f"unknown GSM8K tokenization {tokenization!r}; use one of {sorted(TOKENIZATIONS)}")
         for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
                             ("max_length", max_length)):
             if value < 1:
@@ -293,8 +338,17 @@ class GSM8KDataModule(L.LightningDataModule):
             val = []
         test = list(test)[: hp.num_test] if hp.num_test else list(test)
         self.tokenizer = load_tokenizer(hp.tokenizer)
-        self.train_rows = [tokenize_example(self.tokenizer, hp.train_template.format(question=r["question"]),
-                                            r["answer"], hp.max_length) for r in train]
+        tokenize = TOKENIZATIONS[hp.tokenization]
+        rows = [tokenize(self.tokenizer, hp.train_template.format(question=r["question"]), r["answer"], hp.max_length)
+                for r in train]
+        self.train_rows = [r for r in rows if r is not None]
+        if len(self.train_rows) < len(rows):
+            skipped = len(rows) - len(self.train_rows)
+            if not self.train_rows:
+                raise ZooError(f"every GSM8K training prompt fills max_length={hp.max_length} tokens, leaving no room "
+                               "for the answer; raise max_length")
+            rank_zero_warn(f"GSM8K: {skipped} of {len(rows)} training examples skipped: the prompt alone fills "
+                           f"max_length={hp.max_length} (as llm-foundry's collator does)")
         self.val_rows, self.test_rows = self._eval_rows(val), self._eval_rows(test)
 
     def card_metadata(self) -> dict:
