@@ -76,13 +76,15 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sample: bool = False,
              temperature: float = 1.0, top_p: float = 1.0, num_return_sequences: int = 1,
-             stop: Sequence[str] = ()) -> list[list[str]]:
+             stop: Sequence[str] = (), add_special_tokens: bool = True) -> list[list[str]]:
     """Batched generation; returns, per prompt, `num_return_sequences` completions (new text only,
-    cut at the first stop string). Left padding keeps every prompt's last token adjacent to the new ones."""
+    cut at the first stop string). Left padding keeps every prompt's last token adjacent to the new ones.
+    `add_special_tokens`: encode the prompts with the tokenizer's special tokens (Llama's BOS), or without them
+    (as lm-eval-harness encodes a causal LM's contexts)."""
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     try:
-        enc = tokenizer(prompts, return_tensors="pt", padding=True)
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
     finally:
         tokenizer.padding_side = side
     eos = tokenizer.eos_token_id

@@ -3,6 +3,7 @@ pins torch to one thread)."""
 
 from __future__ import annotations
 
+import string
 import sys
 from pathlib import Path
 
@@ -46,3 +47,23 @@ TINY_GPT2 = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "voc
 def tiny_gpt2() -> dict:
     """A tiny GPT-2 (Conv1D projections: weights stored (in, out))."""
     return dict(TINY_GPT2)
+
+
+def llama_style_tokenizer():
+    """A tiny Llama tokenizer built offline: a BPE over the printable characters with a few merges, <s>/</s>, BOS
+    added and EOS not (Llama-2's add_bos_token=True, add_eos_token=False); pad = EOS as `zoo.lm.load_tokenizer`
+    and llm-foundry's dataloader set it for Llama-2, which has none."""
+    from tokenizers import Tokenizer, models
+    from transformers import LlamaTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for c in string.printable:
+        vocab.setdefault(c, len(vocab))
+    merges = [("#", "#"), ("##", "##"), ("t", "h"), ("th", "e"), ("<", "<"), (">", ">")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>"))
+    tok = LlamaTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                             add_bos_token=True, add_eos_token=False)
+    tok.pad_token = tok.eos_token
+    return tok

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import string
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,8 @@ import yaml
 from datamodules.gsm8k import GSM8KDataModule, embedded_gsm8k, load_gsm8k, tokenize_example, tokenize_llm_foundry
 from zoo.errors import ZooError
 from zoo.rosa.gsm8k import EVAL_TEMPLATE, INVALID, GSM8KExactMatch, extract_answer, is_correct
+
+from .conftest import llama_style_tokenizer
 
 
 def test_extraction_on_hand_checked_real_rows(shared_data):
@@ -131,26 +132,6 @@ def test_long_examples_keep_supervised_tokens():
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _llama_style_tokenizer():
-    """A tiny Llama tokenizer built offline: a BPE over the printable characters with a few merges, <s>/</s>, BOS
-    added and EOS not (Llama-2's add_bos_token=True, add_eos_token=False); pad = EOS as `zoo.lm.load_tokenizer`
-    and llm-foundry's dataloader set it for Llama-2, which has none."""
-    from tokenizers import Tokenizer, models
-    from transformers import LlamaTokenizerFast
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    for c in string.printable:
-        vocab.setdefault(c, len(vocab))
-    merges = [("#", "#"), ("##", "##"), ("t", "h"), ("th", "e"), ("<", "<"), (">", ">")]
-    for a, b in merges:
-        vocab[a + b] = len(vocab)
-    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>"))
-    tok = LlamaTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                             add_bos_token=True, add_eos_token=False)
-    tok.pad_token = tok.eos_token
-    return tok
-
-
 def _llm_foundry(tokenizer, prompt: str, response: str, max_seq_len: int):
     """The oracle: llm-foundry's steps as the official recipe runs them (IST-DASLab/RoSA's fork), transcribed step by
     step: `tasks.py` `_tokenize_formatted_example` (tokenizer(text=prompt, text_target=response)), then the decoder-only
@@ -180,7 +161,7 @@ def _llm_foundry(tokenizer, prompt: str, response: str, max_seq_len: int):
 
 
 def test_llm_foundry_format_with_a_llama_tokenizer_is_bos_prompt_bos_response_eos():
-    tok = _llama_style_tokenizer()
+    tok = llama_style_tokenizer()
     bos, eos = tok.bos_token_id, tok.eos_token_id
     p = tok("Q? 12", add_special_tokens=False)["input_ids"]
     r = tok("the <<2*6=12>>12 #### 12", add_special_tokens=False)["input_ids"]
@@ -214,7 +195,7 @@ def test_llm_foundry_format_matches_the_official_steps_on_gsm8k_rows(shared_data
 
     train, _ = load_gsm8k("local", str(shared_data / "gsm8k"))
     rows = train[:40] + sorted(train, key=lambda r: -len(r["question"]))[:5]
-    for tok in (_llama_style_tokenizer(), load_tokenizer("byt5")):
+    for tok in (llama_style_tokenizer(), load_tokenizer("byt5")):
         got = [tokenize_llm_foundry(tok, r["question"], r["answer"], max_length) for r in rows]
         assert got == [_llm_foundry(tok, r["question"], r["answer"], max_length) for r in rows]
         assert all(g is None or (len(g["input_ids"]) <= max_length and g["labels"][-1] == tok.eos_token_id)
@@ -227,7 +208,7 @@ def test_the_datamodule_trains_on_the_llm_foundry_format_by_default(tmp_path):
     """Through the datamodule: the tokenizer loaded from a saved Llama-style tokenizer directory (AutoTokenizer, as
     for meta-llama/Llama-2-7b-hf), the rows and a collated batch; examples whose prompt fills max_length are skipped
     with a warning, and a run that would skip them all is an error."""
-    _llama_style_tokenizer().save_pretrained(tmp_path / "tok")
+    llama_style_tokenizer().save_pretrained(tmp_path / "tok")
     kw = {"source": "embedded", "tokenizer": str(tmp_path / "tok"), "embedded_size": 12, "num_test": 2}
     dm = GSM8KDataModule(max_length=384, batch_size=12, **kw)
     assert dm.hparams.tokenization == "llm-foundry"
@@ -261,7 +242,7 @@ def test_plain_format_is_unchanged():
     embedded problems at lengths that cut the prompt, the answer or nothing."""
     from zoo.lm import load_tokenizer
 
-    pins = {"llama": (_llama_style_tokenizer(),
+    pins = {"llama": (llama_style_tokenizer(),
                       [1, 55, 85, 97, 4, 5, 106, 97, 107, 5, 74, 9, 83, 4, 5, 108, 4, 5, 97, 104, 97, 4, 5, 2], 6,
                       "91a2d9dfec4f11a2269749311aaf0e88b449ac5b46c141ad1433286076406797", 5570),
             "byt5": (load_tokenizer("byt5"),

@@ -243,3 +243,25 @@ def test_qrosa_hub_round_trip(tiny_llama, tmp_path):
     assert torch.equal(_logits(loaded, ids), _logits(module, ids))
     with pytest.raises(ZooError, match="merge"):
         module.merged_model()
+
+
+def test_evaluation_prompts_carry_no_bos_as_lm_eval_harness(tiny_llama, monkeypatch):
+    # lm-eval-harness (2c18e367, hf-causal-experimental) encodes a causal LM's context with add_special_tokens=False:
+    # the paper's Llama-2 was scored on "Question: ...\nAnswer:" without the BOS its tokenizer would add
+    from .conftest import llama_style_tokenizer
+
+    module = _module(tiny_llama)
+    module.tokenizer = tok = llama_style_tokenizer()
+    seen = []
+
+    def fake_generate(input_ids, **kw):
+        seen.append(input_ids)
+        return torch.cat([input_ids, torch.full((len(input_ids), 1), tok.eos_token_id)], dim=1)
+
+    monkeypatch.setattr(module.model, "generate", fake_generate)
+    prompts = ["Question: 2+2?\nAnswer:", "Question: the sum of 10 and 7?\nAnswer:"]
+    module._generate({"prompt": prompts})
+    (ids,) = seen
+    for row, prompt in zip(ids.tolist(), prompts):
+        want = tok(prompt, add_special_tokens=False)["input_ids"]
+        assert row[len(row) - len(want):] == want and tok.bos_token_id not in row

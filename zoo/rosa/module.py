@@ -114,8 +114,10 @@ class CausalLMFinetune(HubMixin, L.LightningModule):
 
     # --- evaluation ---------------------------------------------------------------------------------------
     def _generate(self, batch) -> list[str]:
+        # no special tokens, as the official evaluation: lm-eval-harness (2c18e367, hf-causal-experimental)
+        # encodes a causal LM's context with add_special_tokens=False, so Llama-2 sees no BOS there
         outs = generate(self.model, self.tokenizer, batch["prompt"], max_new_tokens=self.hparams.max_new_tokens,
-                        stop=tuple(self.hparams.stop))
+                        stop=tuple(self.hparams.stop), add_special_tokens=False)
         return [o[0] for o in outs]
 
     def validation_step(self, batch, batch_idx):
