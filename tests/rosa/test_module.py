@@ -260,7 +260,7 @@ def test_evaluation_prompts_carry_no_bos_as_lm_eval_harness(tiny_llama, monkeypa
 
     monkeypatch.setattr(module.model, "generate", fake_generate)
     prompts = ["Question: 2+2?\nAnswer:", "Question: the sum of 10 and 7?\nAnswer:"]
-    module._generate({"prompt": prompts})
+    module.test_step({"prompt": prompts, "question": ["2+2?", "10+7?"], "answer": ["2+2=4\n#### 4", "#### 17"]}, 0)
     (ids,) = seen
     for row, prompt in zip(ids.tolist(), prompts):
         want = tok(prompt, add_special_tokens=False)["input_ids"]
