@@ -18,6 +18,17 @@ def test_relative_l2_matches_numpy():
     np.testing.assert_allclose(relative_l2(torch.tensor(p), torch.tensor(y)).numpy(), ref, rtol=1e-12)
 
 
+def test_training_loss_is_the_relative_l2_summed_over_the_batch_as_neuralop_lp_loss():
+    # Li et al.'s LpLoss(size_average=False) / neuralop's LpLoss default reduction: the sum, not the mean
+    from neuralop.losses import LpLoss
+
+    torch.manual_seed(0)
+    module = NeuralOperatorModule(model="fno", in_channels=2, grid_size=8, modes=3, width=4, n_layers=1)
+    x, y = torch.randn(5, 2, 8, 8), torch.randn(5, 1, 8, 8)
+    loss = module.training_step((x, y), 0)
+    torch.testing.assert_close(loss, LpLoss(d=2, p=2)(module(x), y), rtol=1e-5, atol=1e-6)
+
+
 def test_fno_has_the_layout_of_li_et_al():
     """Li et al.'s FNO2d (modes 12, width 32, one input field + 2 grid channels) has 1,188,353 parameters:
     fc0 3*32+32, four spectral convs 2*32*32*12*12 complex weights each, four 1x1 convs 32*32+32, fc1 32*128+128,

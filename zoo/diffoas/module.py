@@ -85,10 +85,13 @@ class NeuralOperatorModule(HubMixin, L.LightningModule):
         err = relative_l2(self(x), y)
         self.log(f"{stage}/rel_l2", err.mean(), prog_bar=stage != "train", batch_size=x.shape[0],
                  sync_dist=stage != "train")
-        return err.mean()
+        return err
 
     def training_step(self, batch, batch_idx):
-        loss = self._step(batch, "train")  # Li et al. train on the relative L2 loss itself
+        # Li et al. train on the relative L2 itself, summed over the batch (their LpLoss(size_average=False), the
+        # default of neuralop's LpLoss too). Under Adam the sum only sets the loss's weight against the weight
+        # decay taken from the same code (a mean would make that decay batch-size times stronger).
+        loss = self._step(batch, "train").sum()
         self.log("train/loss", loss, prog_bar=True, batch_size=batch[0].shape[0])
         return loss
 
