@@ -257,3 +257,26 @@ def test_train_redraw_refusals():
     with pytest.raises(ZooError, match="pairwise diagnostic"):
         BreakingBadDataModule(source="synthetic", max_part=3, train_redraw=("rotation",))
     BreakingBadDataModule(source="synthetic", max_part=3)  # the default stays valid for multi-part
+
+
+def test_synthetic_pairs_match_the_sweeps_radii():
+    # cards/pmtr.md ("Checked and not the cause"): on the CPU sweep's data (500 points, seed 0's 30 training pairs)
+    # the point spacing is about the node-overlap radius 0.06, and a third of the source points have a target point
+    # within it (under half within the fine radius 0.1): the radii fit the synthetic scale
+    from scipy.spatial import cKDTree
+
+    dm = BreakingBadDataModule(source="synthetic", min_part=2, max_part=2, n_points=500, min_points_per_part=128,
+                               n_train=30, n_val=2, n_test=8, subdivisions=3, seed=0)
+    dm.setup("fit")
+    ds = dm.train_dataloader().dataset
+    spacing, within_06, within_10 = [], [], []
+    for i in range(len(ds)):
+        s = ds[i]
+        parts = [x.numpy() @ r.numpy() + c.numpy() for x, r, c in zip(s["parts"], s["gt_rotations"],
+                                                                     s["gt_translations"])]
+        spacing += [cKDTree(p).query(p, k=2)[0][:, 1].mean() for p in parts]
+        d = cKDTree(parts[1]).query(parts[0])[0]
+        within_06.append((d < 0.06).mean())
+        within_10.append((d < 0.1).mean())
+    assert 0.055 < np.mean(spacing) < 0.06
+    assert 0.3 < np.mean(within_06) < 0.36 and 0.4 < np.mean(within_10) < 0.48
