@@ -220,6 +220,9 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
         d, seed, n_extra, min_count, feature_dim, n_planted: the synthetic benchmark.
         val_share: share of the training samples kept for validation (synthetic and Toxic without a ``val`` split).
         batch_size, num_workers: loaders.
+
+    Batches: ``(x, y, a)``. Validation has two loaders: the training split, unshuffled (index 0; the classifier
+    is selected on it), and the validation split (index 1); the test loader yields every sample.
     """
 
     # the file options and the sources that read them (`refuse_unread_files`; embedding_cache is a cache, not the
@@ -311,7 +314,11 @@ class IntersectionalSamplesDataModule(L.LightningDataModule):
         return train_loader(self.train_set, self.hparams.batch_size, shuffle=True, num_workers=self.hparams.num_workers)
 
     def val_dataloader(self):
-        return DataLoader(self.val_set, batch_size=self.hparams.batch_size, num_workers=self.hparams.num_workers)
+        # the training split first (unshuffled), then the validation split: the classifier is selected on its
+        # training accuracy (official f_model_train keeps the best accuracy on its 'tr' loader), val is reported
+        h = self.hparams
+        splits = (self.train_set, self.val_set)
+        return [DataLoader(s, batch_size=h.batch_size, num_workers=h.num_workers) for s in splits]
 
     def test_dataloader(self):  # every sample: the bias values are group means over all of them
         return DataLoader(self.all_set, batch_size=self.hparams.batch_size, num_workers=self.hparams.num_workers)

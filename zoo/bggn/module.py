@@ -2,7 +2,8 @@
 (``predictor_from`` / ``vae_from``: a .ckpt, a run directory or a HubMixin directory; a glob picks the newest).
 
 0. `BiasClassifierModule`: the classifier f (ResNet18 on CelebA, the official MLP on DistilBERT embeddings for Toxic,
-   an MLP on the synthetic features); ``zoo test`` measures L_f(a) over all samples and writes ``bias_table.csv``.
+   an MLP on the synthetic features), selected on its training accuracy; ``zoo test`` of that best checkpoint
+   measures L_f(a) over all samples and writes ``bias_table.csv``.
 1. `BiasPredictorModule`: L̂(a) on one-hot a (regression + bias-bin classification heads).
 2. `VAEModule`: VAE pretraining on the training combinations; ``zoo test`` evaluates the plain VAE as a generator
    (the paper's VAE baseline).
@@ -83,7 +84,17 @@ class BiasClassifierModule(HubMixin, L.LightningModule):
             reads them from its local cache, or downloads them once).
         lr, lr_gamma: Adam with ExponentialLR per epoch (official 1e-4, 0.9).
         bias_threshold: τ of the logged share of high-bias combinations (official 0.3).
+
+    Model selection as the official ``f_model_train``: after every epoch the model, in eval mode, is scored on the
+    training split (``val/train_accuracy``, ``val/train_loss``; official ``all_new_record["tr"]``) and on the
+    validation split (``val/accuracy``, ``val/loss``, reported only); the zoo keeps the epoch with the highest
+    ``val/train_accuracy`` as ``checkpoints/best-*.ckpt`` (official ``f_model.pt``), the checkpoint whose ``zoo test``
+    writes the bias table (the official reloads ``f_model.pt`` to compute the bias values). On an exact tie
+    Lightning's ``ModelCheckpoint`` keeps the earlier epoch, the official ``>=`` the later one.
     """
+
+    monitor = "val/train_accuracy"
+    monitor_mode = "max"
 
     def __init__(self, backbone: Literal["resnet18", "mlp"] = "mlp", in_dim: int = 768,
                  hidden: tuple[int, ...] = (400, 200, 100), pretrained_backbone: bool = False, lr: float = 1e-4,
@@ -130,11 +141,13 @@ class BiasClassifierModule(HubMixin, L.LightningModule):
         self.log("train/loss", loss.mean(), prog_bar=True, batch_size=len(loss))
         return loss.mean()
 
-    def validation_step(self, batch, batch_idx):
+    def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        # IntersectionalSamplesDataModule's loader 0: the training split (selection), loader 1: the validation split
         loss, logits = self._loss(batch)
-        self.log("val/loss", loss.mean(), batch_size=len(loss), sync_dist=True)
-        self.log("val/accuracy", ((logits > 0).long() == batch[1]).float().mean(), batch_size=len(loss),
-                 sync_dist=True)
+        split = ("val/train_", "val/")[dataloader_idx]
+        accuracy = ((logits > 0).long() == batch[1]).float().mean()  # official sigmoid > 0.5
+        for name, value in (("loss", loss.mean()), ("accuracy", accuracy)):
+            self.log(split + name, value, batch_size=len(loss), sync_dist=True, add_dataloader_idx=False)
 
     def on_test_epoch_start(self):
         self._losses, self._attrs, self._correct = [], [], 0
