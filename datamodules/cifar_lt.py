@@ -197,7 +197,8 @@ class CIFARLTDataModule(LongTailDataModule):
         source: "local" reads torchvision's python-pickle CIFAR files under ``root`` (never downloads);
             "embedded" uses scikit-learn's bundled digits, resized to ``image_size`` with 3 channels.
         root: folder holding ``cifar-10-batches-py`` / ``cifar-100-python``.
-        imbalance_ratio: IR = n_max / n_min (the paper's CIFAR-LT uses 100 and 10); None keeps all data.
+        imbalance_ratio: IR = n_max / n_min (default 10, the official train_stage1.py / trainval_ce.py default;
+            CIFAR-LT papers also use 100); None keeps all data.
         imbalance_type: "exp" (exponential profile) or "step".
         step_classes: tail classes of the step profile (default: the second half).
         n_views: augmented views per training image (2 for SCoRe / SupCon, 1 for CE).
@@ -212,7 +213,7 @@ class CIFARLTDataModule(LongTailDataModule):
 
     def __init__(self, dataset: Literal["cifar10", "cifar100"] = "cifar10",
                  source: Literal["local", "embedded"] = "local", root: str = "data/cifar",
-                 imbalance_ratio: Optional[float] = 100.0, imbalance_type: Literal["exp", "step"] = "exp",
+                 imbalance_ratio: Optional[float] = 10.0, imbalance_type: Literal["exp", "step"] = "exp",
                  step_classes: Optional[list[int]] = None, batch_size: int = 512,
                  eval_batch_size: Optional[int] = None, num_workers: int = 4, n_views: int = 2,
                  augment: Literal["supcon", "crop", "light", "none"] = "supcon", hflip: bool = True,

@@ -40,3 +40,10 @@ def test_organamnist_is_loaded_and_augmented_as_the_official_code_does():
 def test_cifar10_lt_configs_use_the_imbalance_ratio_of_the_readme_numbers(stem):
     # the README's CIFAR-10-LT CE 86.44 / FL 91.80 are the IF = 10 column of SCoRe_GLMC/README.md's table
     assert _load(stem)[1]["imbalance_ratio"] == 10
+
+
+def test_cifar_lt_datamodule_defaults_to_the_official_imbalance_ratio():
+    # train_stage1.py / trainval_ce.py: --imbalance_ratio defaults to 10
+    from datamodules.cifar_lt import CIFARLTDataModule
+
+    assert CIFARLTDataModule().imbalance_ratio == 10
