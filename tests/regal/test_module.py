@@ -105,6 +105,21 @@ def test_pruning_at_test_time_drops_rarely_used_helpers(fitted):
     assert len(model.bank) == 1  # the trained codebank itself is untouched
 
 
+def test_pruned_helpers_rewrites_stay_date_examples_as_officially(fitted):
+    """Official `read_data_from_logdir` (transcribed): the refactored examples are the verified rewrites of the
+    *saved* test_cases.jsonl, dropped only for LOGO/TextCraft when they call a pruned helper (Date: no filter)."""
+    model, dm, trainer, run = fitted
+    model.hparams.prune_min_uses = 7  # fmt (6 uses) is pruned
+    trainer.test(model, datamodule=dm, verbose=False)
+    saved = [c for line in (run / "codebank" / "test_cases.jsonl").read_text().splitlines()
+             for c in json.loads(line)]
+    official = {c["query"] for c in saved if c["success"]}  # task "python": do_filter = False
+    assert len(official) == 6 and len(model._synth.bank) == 0
+    assert {e["query"] for e in model._synth.refactored} == official
+    from zoo.regal.synthesis import refactored_pool  # the LOGO/TextCraft rule on the same log: all dropped
+    assert refactored_pool(model._synth.bank, True, model.bank) == []
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({}, "needs an LLM"),
     ({"refactorer": SPEC, "conditions": ["regal", "oracle"]}, "conditions must be"),

@@ -195,7 +195,8 @@ class ReGALModule(HubMixin, L.LightningModule):
                 self._pruned = bank.prune(hp.prune_threshold, hp.prune_min_uses)
         self._synth = Synthesizer(self.domain, self.executor, self.llm("synthesizer"), hp.max_budget,
                                   hp.budget_split, hp.top_helpers, hp.use_success, hp.use_thought)
-        self._synth.prepare(primitive, bank)
+        # refactored examples come from the unpruned codebank's test cases (official: the saved test_cases.jsonl)
+        self._synth.prepare(primitive, bank, self.bank if bank is not None else None)
         self._records = []
 
     def test_step(self, batch: list[dict[str, Any]], batch_idx: int) -> None:

@@ -165,7 +165,10 @@ class Refactorer:
                         self.bank.add(src, round_idx)
                         report.helpers_added.append(name)
                 self.bank.add_imports(a.imports)
-        for i, a in attempts.items():  # every helper in the codebank that a rewrite called logs that use
+        # every helper in the codebank that a rewrite called logs that use; the blame count is the number of
+        # codebank helpers called (officially len(get_func_names(program)), which for Date also counts builtins,
+        # library calls and method receivers, and for LOGO only statement-level calls: see cards/regal.md)
+        for i, a in attempts.items():
             if a.program is None:
                 continue
             case = TestCase(examples[i - 1]["id"], examples[i - 1]["query"], a.program, a.success)

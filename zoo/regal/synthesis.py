@@ -24,11 +24,15 @@ from zoo.regal.retrieval import top_k
 CONDITIONS = ("baseline", "regal")
 
 
-def refactored_pool(bank: CodeBank, filter_removed: bool) -> list[dict[str, Any]]:
+def refactored_pool(bank: CodeBank, filter_removed: bool, log: CodeBank | None = None) -> list[dict[str, Any]]:
     """Verified rewrites from the helpers' test cases (official `read_data_from_logdir`), one per query; with
-    ``filter_removed`` (official: LOGO and TextCraft) only those whose helpers all survived pruning."""
+    ``filter_removed`` (official: LOGO and TextCraft) only those whose helpers all survived pruning.
+
+    ``log`` is the codebank as training left it, before test-time pruning (default ``bank``): officially the
+    rewrites come from the saved ``test_cases.jsonl``, so for Date (no filter) a rewrite whose helpers were all
+    pruned is still an in-context example."""
     pool, seen = [], set()
-    for h in bank.helpers.values():
+    for h in (log if log is not None else bank).helpers.values():
         for c in h.test_cases:
             if not c.success or c.query in seen:
                 continue
@@ -55,17 +59,22 @@ class Synthesizer:
         self.refactored: list[dict[str, Any]] = []
         self.bank: Optional[CodeBank] = None
 
-    def prepare(self, primitive: list[dict[str, Any]], bank: Optional[CodeBank]) -> None:
+    def prepare(self, primitive: list[dict[str, Any]], bank: Optional[CodeBank],
+                log: CodeBank | None = None) -> None:
+        """``bank``: the (pruned) codebank the programs may call; ``log``: the unpruned one whose test cases
+        supply the refactored examples (default ``bank``)."""
         seen, self.primitive = set(), []
         for e in primitive:  # official get_docs_ids: one example per id and per query
             if e.get("program") and e["id"] not in seen and e["query"] not in seen:
                 seen |= {e["id"], e["query"]}
                 self.primitive.append(e)
         self.bank = bank
-        self.refactored = refactored_pool(bank, self.domain.name != "date") if bank is not None else []
+        self.refactored = refactored_pool(bank, self.domain.name != "date", log) if bank is not None else []
 
     @staticmethod
     def retrieve(pool: list[dict[str, Any]], example: dict[str, Any], k: int) -> list[dict[str, Any]]:
+        # Officially the top k are retrieved and then any with the test example's id dropped; train and test ids
+        # are both "<dataset>_<row>" there, so a same-row training example could be lost. Our ids are per split.
         exclude = {i for i, e in enumerate(pool) if e["id"] == example["id"]}
         return [pool[i] for i in top_k(example["query"], [e["query"] for e in pool], k, exclude)]
 
@@ -80,6 +89,8 @@ class Synthesizer:
         regal = condition == "regal" and self.bank is not None
         icl = ""
         for ex in self.examples_for(example, condition):
+            # the thought names the codebank helpers the example calls; officially it names every call that
+            # `get_func_names` finds (for Date/TextCraft also builtins and library calls), see cards/regal.md
             used = self.bank.used_by(ex["program"]) if regal else []
             if self.domain.name == "logo" and "embed" in ex["program"]:
                 used = used + ["embed"]
