@@ -66,6 +66,48 @@ def test_fisher_mask_equals_autograd_topk(tiny_llama, tiny_gpt2, token_batches, 
         assert set(idx.tolist()) == set(top.tolist()), name
 
 
+
+class _TwoRanks:
+    """A data-parallel strategy's `reduce(mean)` as seen from rank 0 of two: the other rank's tensors arrive in the
+    same (layer) order."""
+
+    def __init__(self, other: dict[str, torch.Tensor]):
+        self.other = iter(other.values())
+
+    def reduce(self, tensor, reduce_op):
+        assert reduce_op == "mean"
+        return (tensor + next(self.other).to(tensor)) / 2
+
+
+@pytest.mark.parametrize("mode", ["mean_squared", "mean"])
+def test_data_parallel_fisher_is_the_fisher_of_all_micro_batches(tiny_llama, token_batches, mode):
+    """Two ranks, two micro-batches each: the mask `RoSAModule` takes after reducing over the ranks is the official
+    one-process mask over all four (top-k of the micro-batch mean of G², or of |mean of G|: `_grad_to_mask_fn`),
+    also in `mean` mode, where the signed means must be averaged before the absolute value."""
+    from types import SimpleNamespace
+
+    from zoo.rosa import RoSAModule
+
+    torch.manual_seed(0)
+    module = RoSAModule(model=tiny_llama, tokenizer="byt5", r=2, lora_alpha=4, lora_dropout=0.0, density=0.05,
+                        fisher_mode=mode)
+    module.model.double()
+    batches = token_batches(4)
+    ranks = []
+    for part in (batches[:2], batches[2:]):
+        with FisherCollector(module.model, module.layers, mode) as fisher:
+            for b in part:
+                module.model(**b).loss.backward()
+                fisher.end_microbatch()
+        ranks.append(fisher)
+    module.trainer = SimpleNamespace(world_size=2, strategy=_TwoRanks(ranks[1].means()))
+    scores = module.fisher_scores(ranks[0])
+    expected = _autograd_fisher(module.model, batches, mode)
+    for name in module.layers:
+        torch.testing.assert_close(scores[name].double(), expected[name], rtol=1e-9, atol=1e-15)
+    assert all(torch.equal(a, b) for a, b in zip(fisher_mask(scores, 0.05).values(),
+                                                  fisher_mask(expected, 0.05).values()))
+
 def test_spa_only_collects_without_lora(tiny_llama, token_batches):
     model, layers = _adapted(tiny_llama, r=0)
     batches = token_batches(2)

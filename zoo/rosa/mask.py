@@ -122,7 +122,8 @@ class FisherCollector:
             transposed = module.fan_in_fan_out
 
             def grad_hook(grad_out):
-                acc = torch.float64 if grad_out.dtype == torch.float64 else torch.float32  # fp32 for bf16 runs
+                # fp32 for bf16 runs; the official hook forms, squares and averages G in bf16 (cards/rosa.md)
+                acc = torch.float64 if grad_out.dtype == torch.float64 else torch.float32
                 go = grad_out.reshape(-1, grad_out.shape[-1]).to(acc)
                 x2 = x.reshape(-1, x.shape[-1]).to(acc)
                 g = x2.t() @ go if transposed else go.t() @ x2  # dL/dW of this call in W's stored layout
@@ -179,8 +180,9 @@ class FisherCollector:
         self.current, self.calls = {}, {}
         self.count += 1
 
-    def scores(self) -> dict[str, torch.Tensor]:
-        """Per layer: mean over micro-batches of G² (or |mean of G|)."""
+    def means(self) -> dict[str, torch.Tensor]:
+        """Per layer: the mean over micro-batches of G² (`mean_squared`) or of the signed G (`mean`), before any
+        absolute value: the quantity that averages across data-parallel ranks (`RoSAModule.fisher_scores`)."""
         if self.count == 0:
             raise ZooError("no gradients were collected for the RoSA mask (empty training data?)")
         out = {}
@@ -188,9 +190,19 @@ class FisherCollector:
             layer = self.layers[name]
             if name not in self.total:  # layer never reached by the loss: score 0 everywhere
                 self.total[name] = torch.zeros(layer.weight_shape)
-            s = self.total[name] / self.count
-            out[name] = s.abs() if self.mode == "mean" else s
+            out[name] = self.total[name] / self.count
         return out
+
+    def scores(self) -> dict[str, torch.Tensor]:
+        """Per layer: mean over micro-batches of G² (or |mean of G|)."""
+        return scores_from_means(self.means(), self.mode)
+
+
+def scores_from_means(means: dict[str, torch.Tensor], mode: Literal["mean_squared", "mean"]) -> dict[str, torch.Tensor]:
+    """The scores whose top-k is the mask, from `FisherCollector.means`: G² means as they are, |Ḡ| for `mean` (the
+    official `_grad_to_mask_fn` takes topk of |collected_grad|). The absolute value comes after any averaging over
+    ranks: the mean of |Ḡ_rank| is not |Ḡ|."""
+    return {n: m.abs() for n, m in means.items()} if mode == "mean" else dict(means)
 
 
 def topk_mask(score: torch.Tensor, density: float) -> torch.Tensor:

@@ -53,6 +53,7 @@ from zoo.rosa.mask import (
     load_mask,
     rosa_layers,
     save_mask,
+    scores_from_means,
 )
 from zoo.rundir import newest_match
 
@@ -115,7 +116,9 @@ class CausalLMFinetune(HubMixin, L.LightningModule):
     # --- evaluation ---------------------------------------------------------------------------------------
     def _generate(self, batch) -> list[str]:
         # no special tokens, as the official evaluation: lm-eval-harness (2c18e367, hf-causal-experimental)
-        # encodes a causal LM's context with add_special_tokens=False, so Llama-2 sees no BOS there
+        # encodes a causal LM's context with add_special_tokens=False, so Llama-2 sees no BOS there. The model is
+        # evaluated unmerged; the official bf16 evaluation merges the adapters into bf16 weights first
+        # (merge_adapter_bf16.py), whose rounding of W + ΔW is not reproduced here (cards/rosa.md)
         outs = generate(self.model, self.tokenizer, batch["prompt"], max_new_tokens=self.hparams.max_new_tokens,
                         stop=tuple(self.hparams.stop), add_special_tokens=False)
         return [o[0] for o in outs]
@@ -204,7 +207,8 @@ class RoSAModule(CausalLMFinetune):
         Args:
             model: base causal LM: a Hub name / local path (pretrained) or a config dict (random weights).
             tokenizer: tokenizer name ("byt5" for the file-free byte tokenizer); default: the model's name.
-            torch_dtype: dtype of the frozen base ("bfloat16" in the paper); adapters are float32.
+            torch_dtype: dtype of the frozen base ("bfloat16" in the paper); adapters are float32 (the official
+                `rosa_dtype: bf16` keeps A, B, the values and their AdamW states in bf16: cards/rosa.md).
             target_modules: "all-linear" (every linear except the LM head) or module names (PEFT matching).
             r: LoRA rank (0 = sparse adapters only, `spa_only`).
             lora_alpha: LoRA α; the low-rank branch is scaled by α/r.
@@ -380,12 +384,14 @@ class RoSAModule(CausalLMFinetune):
             self.fisher = None
 
     def fisher_scores(self, fisher: FisherCollector) -> dict[str, torch.Tensor]:
-        """This fit's Fisher scores per layer; under DDP the ranks' scores (each over its own micro-batches) are
-        averaged through the strategy, so every rank takes the same top-k."""
-        scores = fisher.scores()
+        """This fit's Fisher scores per layer; under DDP the ranks' means (each over its own micro-batches, the same
+        number on every rank) are averaged through the strategy, so every rank takes the same top-k of the mean over
+        all micro-batches. With `fisher_mode: mean` the signed Ḡ is averaged and its absolute value taken after
+        (averaging the ranks' |Ḡ| would score another quantity)."""
+        means = fisher.means()
         if self.trainer.world_size > 1:
-            scores = {n: self.trainer.strategy.reduce(s.to(self.device), reduce_op="mean") for n, s in scores.items()}
-        return scores
+            means = {n: self.trainer.strategy.reduce(m.to(self.device), reduce_op="mean") for n, m in means.items()}
+        return scores_from_means(means, fisher.mode)
 
     def finish_mask(self) -> None:
         """Top-k of the Fisher scores per layer → the mask: set it, save it into the run dir, stop if asked."""
