@@ -20,7 +20,7 @@ def _trainer(tmp_path):
 
 def test_test_loop_logs_and_writes_the_table(tmp_path):
     dm = GraphDataModule(source="networkx", names=["karate", "florentine"], batch_size=2)
-    module = ClusterDeletionEval(algorithms=["lp_pivot", "degmfp", "ratmfp", "ilp"], pivtimes=3)
+    module = ClusterDeletionEval(algorithms=["lp_pivot", "mfp", "degmfp", "ratmfp", "ilp"], pivtimes=3)
     metrics = _trainer(tmp_path).test(module, datamodule=dm)[0]
     # karate: OPT 53, DegMFP 71, |W| 36; florentine: OPT 10, DegMFP 15, |W| 8 (LP 39 and 10)
     assert metrics["test/degmfp/cost"] == pytest.approx((71 + 15) / 2)
@@ -28,6 +28,11 @@ def test_test_loop_logs_and_writes_the_table(tmp_path):
     assert metrics["test/lp"] == pytest.approx((39 + 10) / 2)
     assert metrics["test/degmfp/ratio_max"] == pytest.approx(max(71 / 36, 15 / 8))
     rows = list(csv.DictReader((tmp_path / "clusterdel_test.csv").open()))
+    # the paper's RanMFP-Avg: the mean over graphs of (mean cost of the 1 + pivtimes runs) / |W|
+    mfp = [r for r in rows if r["algorithm"] == "mfp"]
+    avg = [float(r["mean_cost"]) / float(r["bound"]) for r in mfp]
+    assert [float(r["mean_ratio"]) for r in mfp] == pytest.approx(avg)
+    assert metrics["test/mfp/mean_ratio"] == pytest.approx(sum(avg) / 2)
     karate = {r["algorithm"]: r for r in rows if r["graph"] == "karate"}
     assert karate["degmfp"]["cost"] == "71" and karate["ilp"]["cost"] == "53" and karate["degmfp"]["bound"] == "36.0"
     assert json.loads((tmp_path / "clusterdel_test.json").read_text())["ilp_notes"] == {}
