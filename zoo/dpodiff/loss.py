@@ -24,11 +24,13 @@ def clip_text_features(stack, prompt: str) -> torch.Tensor:
 
 
 def clip_image_features(stack, image: torch.Tensor) -> torch.Tensor:
-    """image: (B, 3, H, W) in [0, 1]. Resized to CLIP's input size (antialiased bilinear, as torchvision's
-    Resize on tensors) and normalised with CLIP's mean/std.
+    """image: (B, 3, H, W) in [0, 1]. Resized to CLIP's input size (antialiased bilinear, torchvision >= 0.17's
+    tensor `Resize`) and normalised with CLIP's mean/std.
 
     The official code transposes H and W before resizing (`image.transpose(1, 3)` on a BHWC tensor), feeding CLIP
-    a mirrored-and-rotated image; we keep the image upright."""
+    a mirrored-and-rotated image; we keep the image upright. Its environment (files/install_env.sh: torchvision
+    0.15) resizes tensors *without* antialiasing (antialias=None then meant off for tensors); we antialias, as
+    CLIP's own preprocessing does (cards/dpodiff.md, deviations)."""
     clip = stack.clip
     x = image.to(clip.dtype)
     if x.shape[-2:] != (stack.clip_size, stack.clip_size):

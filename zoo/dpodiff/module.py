@@ -136,6 +136,8 @@ class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
             import httpx
 
             key = os.environ.get(hp.llm_api_key_env, "")
+            # temperature 0 for a reproducible space; the official chatgpt.py samples at the API default (1) and
+            # re-asks up to 5 times when over 40% of words get a single candidate (cards/dpodiff.md, deviations)
             r = httpx.post(hp.llm_endpoint.rstrip("/") + "/chat/completions", timeout=120,
                            headers={"Authorization": f"Bearer {key}"} if key else {},
                            json={"model": hp.llm_model or "gpt-4", "temperature": 0,
@@ -188,11 +190,12 @@ class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
                 try:
                     space = build_space(row["prompt"], hp.space, self.sd.tokenizer, cands[row["prompt"]], hp.task,
                                         hp.k_candidates)
+                    # an attack's constraint may also leave nothing (no synonym keeps the cosine >= threshold)
+                    res = optimize_prompt(self.sd, space, self.settings, seed, self.similarity)
                 except NoCandidates as e:  # one such prompt of a dataset's thousands must not end the run
                     rank_zero_warn(f"dpodiff: skipped: {e}")
                     out.append({"id": row["id"], "prompt": row["prompt"], "skipped": str(e)})
                     continue
-                res = optimize_prompt(self.sd, space, self.settings, seed, self.similarity)
                 res["id"] = row["id"]
                 self._save_images(res)
                 out.append({k: v for k, v in res.items() if not k.startswith("images_")})

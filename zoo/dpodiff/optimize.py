@@ -20,7 +20,7 @@ from zoo.dpodiff.relax import encode_inputs_embeds, init_log_coeffs, relaxed_inp
 from zoo.dpodiff.sampler import check_t, estimation_loss, generate, text_embeds
 from zoo.dpodiff.search import (Evaluator, epo, first_argmax_then_gumbel, gpo, mixed_init, random_search,
                                 sample_and_evaluate)
-from zoo.dpodiff.spaces import SearchSpace, Slot
+from zoo.dpodiff.spaces import NoCandidates, SearchSpace, Slot
 from zoo.errors import ZooError
 
 ALGORITHMS = ("hybrid", "gpo", "epo", "random")
@@ -70,7 +70,13 @@ class DPOSettings:
 
 def constrained_space(space: SearchSpace, similarity, threshold: float) -> SearchSpace:
     """Official `validate_synonyms`: keep a synonym only if substituting it alone keeps the prompt's sentence-T5
-    cosine ≥ threshold; a word left without synonyms is kept fixed."""
+    cosine ≥ threshold; a word left without synonyms is kept fixed.
+
+    The official filter scores `ori_prompt.lower().replace(word, synonym)` (every occurrence of the substring,
+    inside other words too, in the lowercased prompt) and runs before the single-token filter; we score the
+    prompt with that one slot replaced, words joined by spaces as EPO's candidates are rendered (cards/dpodiff.md).
+    A prompt left with no synonym is skipped by the module (NoCandidates); the official run crashes there
+    (an empty parameter list for RMSprop)."""
     slots = []
     for i, s in enumerate(space.slots):
         if not s.substitute:
@@ -87,7 +93,7 @@ def constrained_space(space: SearchSpace, similarity, threshold: float) -> Searc
             slots.append(Slot(s.word, [s.word], [s.token_ids[0]], False))
     out = SearchSpace(space.prompt, space.kind, space.target, slots, space.dropped)
     if not out.free:
-        raise ZooError(f"prompt {space.prompt!r}: no synonym keeps the sentence-T5 cosine >= {threshold}")
+        raise NoCandidates(f"prompt {space.prompt!r}: no synonym keeps the sentence-T5 cosine >= {threshold}")
     return out
 
 
@@ -113,6 +119,10 @@ class PromptProblem:
         return (self.original, relaxed) if self.space.target == "neg" else (relaxed, self.empty)
 
     def relaxed_states(self, coeffs: list[torch.Tensor]) -> torch.Tensor:
+        # Through the text encoder, as the paper relaxes the prompt. The official GPO (HEAD 52a6188) passes the
+        # mixed *token* embeddings as `prompt_embeds` to its `pipe_train`, whose `_encode_prompt` uses them
+        # as the UNet's encoder states unencoded: its modified CLIPTextModel (inputs_embeds) is never called.
+        # We do not reproduce that bug (cards/dpodiff.md, deviations).
         te = self.stack.text_encoder
         x = relaxed_inputs_embeds(self.space, coeffs, token_embedding_matrix(te), self.bos, self.eos,
                                   self.stack.tokenizer.model_max_length)
@@ -180,7 +190,7 @@ def optimize_prompt(stack, space: SearchSpace, settings: DPOSettings, seed: int 
     d0, ims0 = prob.distance(space.prompt, None)
     ranked = ev.ranked()
     if not ranked:
-        raise ZooError(f"prompt {space.prompt!r}: no admissible candidate was evaluated")
+        raise NoCandidates(f"prompt {space.prompt!r}: no admissible candidate was evaluated")
     best = ranked[0]
     pos, neg = prob.prompts(best["choice"])
     d_best, ims = prob.distance(pos, neg)

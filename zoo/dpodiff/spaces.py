@@ -218,7 +218,8 @@ def check_length(tokenizer, prompt: str) -> None:
 def build_space(prompt: str, kind: Kind, tokenizer, candidates: dict[str, list[str]], task: Literal["improve", "attack"],
                 k: int = 5) -> SearchSpace:
     """Slots from per-word candidates; multi-token candidates are dropped (and logged), at most `k` kept per word
-    (the official question asks for 5 per word). NPLib slots keep their whole share of the library: the official
+    (the official question asks for 5 per word; the official `positive_space`/`negative_space` cap nothing and keep
+    duplicates, which an LLM answering "give 5" rarely produces), duplicates and the word itself dropped. NPLib slots keep their whole share of the library: the official
     `negative_space` truncates nothing, and a cut at k would shrink its 4 slots to a few hundred prompts in all.
 
     synonym: every word of the prompt is a slot, substitutable if it is one token and has candidates (option 0
