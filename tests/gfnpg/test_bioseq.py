@@ -97,6 +97,27 @@ def test_policy_from_exact_flows_has_zero_tv(seq_env, make_net):
     assert m["tv"] < 1e-12 and m["jsd"] < 1e-12 and m["logz_diff"] < 1e-12
 
 
+def test_mean_diff_is_the_official_expected_reward_ratio(seq_env, make_net):
+    # official validate_dist for BitSeqEnv/BioSeqEnv: est = sum_x P_T(x) R(x) over the terminating sequences, the
+    # target's mean reward sum R^2 / sum R (BioSeqEnv.mean_reward), mean_diff = (est / mean).clamp(0, 1)
+    env = seq_env
+    m = GFNPGModule(variant="TB-U", hidden_dim=8, n_hidden_layers=1)
+    m.set_env(env)
+    p_t, metrics = m.exact_evaluation()
+    graph = m.state_graph()
+    complete = (graph.states >= 0).all(1)
+    r = env.rewards[env.sequence_index(graph.states[complete])]
+    est = float((p_t[complete] * r).sum())
+    official = min(max(est / float((r**2).sum() / r.sum()), 0.0), 1.0)
+    assert 0 < official < 1
+    assert metrics["mean_diff"] == pytest.approx(official, rel=1e-12)
+    # a policy that puts all its mass on the best sequence is clipped to 1; the grid and DAG tasks do not report it
+    best = torch.zeros_like(p_t)
+    best[torch.nonzero(complete)[r.argmax()]] = 1.0
+    assert exact_metrics(best, graph.log_rewards, 0.0, mean_reward=True)["mean_diff"] == 1.0
+    assert "mean_diff" not in exact_metrics(p_t, graph.log_rewards, 0.0)
+
+
 def _write_oracle(path, x, y, gz=False):
     raw = pickle.dumps({"x": x, "y": y})
     path.write_bytes(gzip.compress(raw) if gz else raw)

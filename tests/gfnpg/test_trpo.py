@@ -95,3 +95,37 @@ def test_trpo_restores_the_parameters_when_no_step_is_accepted(grid3, make_net):
     assert len(calls) == 4
     assert info["accepted"] == 0.0
     assert torch.equal(before, torch.nn.utils.parameters_to_vector(params).detach())
+
+
+def _official_cg(hvp, b, n_iter, res_tol):
+    """Transcription of the loop of the official ``Trajectory_TRPO.conjugate_gradients``: update x and r, then stop
+    when r.r < res_tol, else update the direction (the residual is only tested after a step)."""
+    x, r, p = torch.zeros_like(b), b.clone(), b.clone()
+    r_dot = r @ r
+    for _ in range(n_iter):
+        h_p = hvp(p)
+        step = r_dot / (p @ h_p)
+        x = x + step * p
+        r = r - step * h_p
+        new_dot = r @ r
+        if new_dot < res_tol:
+            break
+        p = r + (new_dot / r_dot) * p
+        r_dot = new_dot
+    return x
+
+
+def test_cg_takes_a_step_when_the_gradient_is_below_the_tolerance():
+    # a small gradient (|b|^2 = 1.4e-7 < 1e-5) still gives the official direction (at least one CG step), hence a full
+    # trust-region step; testing the residual before the first step returned x = 0 and TRPO stopped moving
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(6, 6, generator=gen, dtype=torch.float64)
+    h = a @ a.T + 0.5 * torch.eye(6, dtype=torch.float64)
+    for scale in (1e-4, 1.0):
+        b = scale * torch.randn(6, generator=gen, dtype=torch.float64)
+        ours = conjugate_gradient(lambda v: h @ v, b, n_iter=10, res_tol=1e-5)
+        ref = _official_cg(lambda v: h @ v, b, n_iter=10, res_tol=1e-5)
+        torch.testing.assert_close(ours, ref, rtol=1e-12, atol=0.0)
+        assert float(ours.norm()) > 0
+    b = 1e-4 * torch.ones(6, dtype=torch.float64)  # one step: x = (b.b / b.Hb) b
+    torch.testing.assert_close(conjugate_gradient(lambda v: h @ v, b), (b @ b) / (b @ h @ b) * b, rtol=1e-12, atol=0.0)

@@ -94,6 +94,8 @@ class SequenceEnv(GFNEnv):
     # its next state; it is not implemented here.
     guide_hint = ("the sequence tasks' guide, the official replay buffer Replay_G, is not implemented here; "
                   "use RL-B")
+    # the official validate_dist also logs mean_diff (E_{P_T}[R] / E_{R/Z}[R]) for these tasks (exact.exact_metrics)
+    reports_mean_reward = True
 
     def __init__(self, rewards: torch.Tensor, nbase: int, length: int, name: str = "bioseq"):
         if nbase < 2 or length < 1:

@@ -46,7 +46,8 @@ class StateGraph:
         return len(self.states)
 
     def terminal_distribution(self, log_pf_all: torch.Tensor) -> torch.Tensor:
-        """P_T (n_states,) float64 from log pi_F(.|s) of every state (n_states, n_actions)."""
+        """P_T (n_states,) float64 from log pi_F(.|s) of every state (n_states, n_actions). Float64 throughout (the
+        official validate_dist works in float32)."""
         p = log_pf_all.double().cpu().exp()
         u = torch.zeros(self.n_states, dtype=torch.float64)
         u[self.s0] = 1.0
@@ -73,14 +74,22 @@ def jsd(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return 0.5 * ((p * (p / m).log()).sum() + (q * (q / m).log()).sum())
 
 
-def exact_metrics(p_t: torch.Tensor, log_rewards: torch.Tensor, log_z_hat: float) -> dict[str, float]:
+def exact_metrics(p_t: torch.Tensor, log_rewards: torch.Tensor, log_z_hat: float,
+                  mean_reward: bool = False) -> dict[str, float]:
+    """TV, JSD, |Z - Z_hat|, |log Z - log Z_hat|; ``mean_reward`` (the sequence tasks, as the official
+    ``validate_dist`` for ``BitSeqEnv`` and its subclass ``BioSeqEnv``): also ``mean_diff`` = E_{P_T}[R] / E_{R/Z}[R]
+    clipped to [0, 1], the expected reward of P_T against that of the target (E_{R/Z}[R] = sum R^2 / sum R)."""
     log_rewards, p_t = log_rewards.double().cpu(), p_t.double().cpu()
     target = torch.softmax(log_rewards, 0)
     log_z = torch.logsumexp(log_rewards, 0)
     log_z_hat = torch.tensor(float(log_z_hat), dtype=torch.float64)
-    return {
+    metrics = {
         "tv": float(0.5 * (p_t - target).abs().sum()),
         "jsd": float(jsd(p_t, target)),
         "z_diff": float((log_z_hat.exp() - log_z.exp()).abs()),
         "logz_diff": float((log_z_hat - log_z).abs()),
     }
+    if mean_reward:
+        rewards = log_rewards.exp()  # 0 where log R = -inf (states that cannot stop)
+        metrics["mean_diff"] = float(((p_t * rewards).sum() / (target * rewards).sum()).clamp(0.0, 1.0))
+    return metrics

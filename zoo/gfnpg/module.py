@@ -285,6 +285,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
         ``reuse`` (they carry their graph), for the update's pass with gradients."""
         env, hp = self.env, self.hparams
         guide = env.guide if hp.variant == "RL-G" else None
+        # one backward trajectory per forward one (train_BN.py always samples 128: the same at the official batch)
         with record_function("gfnpg/pi_B: sample backward trajectories"):
             btraj = sample_backward(env, self.pb, x, known=None if known is None else (known[0], known[1].detach()))
         valid = btraj.valid
@@ -342,7 +343,8 @@ class GFNPGModule(HubMixin, L.LightningModule):
         """(P_T, metrics) of the current pi_F."""
         graph = self.state_graph()
         p_t = graph.terminal_distribution(graph.policy_log_probs(self.pf))
-        return p_t, exact_metrics(p_t, graph.log_rewards, self.log_z_estimate())
+        mean_reward = getattr(self.env, "reports_mean_reward", False)  # the sequence tasks' official mean_diff
+        return p_t, exact_metrics(p_t, graph.log_rewards, self.log_z_estimate(), mean_reward)
 
     def _evaluate(self, stage: str) -> None:
         _, metrics = self.exact_evaluation()

@@ -23,19 +23,22 @@ def flat_grad(y: torch.Tensor, params: Sequence[torch.Tensor], retain_graph: boo
 
 def conjugate_gradient(hvp: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, n_iter: int = 10,
                        res_tol: float = 1e-5) -> torch.Tensor:
-    """Approximately solve H x = b from x = 0 (official: 10 iterations, stop when r.r < 1e-5)."""
+    """Approximately solve H x = b from x = 0 (official ``conjugate_gradients``: 10 iterations, stop when r.r < 1e-5).
+    As there, the residual is tested after each update, so at least one step is taken: a small gradient (|g|^2 below
+    the tolerance, late in training) still gives the direction alpha g, and the trust-region step has its full KL size
+    (testing before the first step returned x = 0, i.e. no TRPO step at all)."""
     x = torch.zeros_like(b)
     r = b.detach().clone()
     p = r.clone()
     rr = r @ r
     for _ in range(n_iter):
-        if rr < res_tol:
-            break
         hp = hvp(p)
         alpha = rr / (p @ hp)
         x = x + alpha * p
         r = r - alpha * hp
         rr_new = r @ r
+        if rr_new < res_tol:
+            break
         p = r + (rr_new / rr) * p
         rr = rr_new
     return x
@@ -71,7 +74,7 @@ def trpo_step(policy: nn.Module, log_probs_fn: Callable[[], torch.Tensor], actio
     direction = conjugate_gradient(hvp, g, n_iter=cg_iters, res_tol=res_tol)
     curvature = direction @ g
     info = {"surrogate": float(surrogate.detach()), "accepted": 0.0, "kl": 0.0, "step_frac": 0.0}
-    if not torch.isfinite(curvature) or curvature <= 0:
+    if not torch.isfinite(curvature) or curvature <= 0:  # deviation: the official sqrt(2 delta / x.g) gives NaN
         return info
     full_step = -torch.sqrt(2 * max_kl / curvature) * direction  # descend: the surrogate is a cost
     old = torch.nn.utils.parameters_to_vector(params).detach()
