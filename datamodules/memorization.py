@@ -236,8 +236,10 @@ class MemorizationDataModule(L.LightningDataModule):
             tokenizer: a Hub tokenizer name or "byt5" (file-free).
             seq_len: tokens kept per sequence (the benchmark's sequences are 200 GPT-Neo tokens).
             train_set: what the training loader serves: "forget" (unlearning) or "mix" (the memorize stage).
-            batch_size: training batch (unlearning: Jang et al. take the whole forget set, the paper's code 8;
-                mix: rows per batch, forget and background together).
+            batch_size: training batch (unlearning: one optimizer step per epoch over the whole forget set, as
+                Jang et al. and the paper's code, whose loader requires |D_f| = batch x accumulation x GPUs; with
+                micro-batches of 8 set the trainer's accumulate_grad_batches to |D_f| / 8; mix: rows per batch,
+                forget and background together).
             seed: the embedded language, its sets and the mix's draws; None = the run's seed (`seed_everything`,
                 read with `torch.initial_seed()`), so that a sweep's seed axis varies the data as well.
             num_forget / num_unseen / num_heldout / num_background: embedded set sizes.

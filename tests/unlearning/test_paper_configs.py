@@ -57,7 +57,9 @@ def test_method_config_with_overlay_is_the_papers_setting(method, overlay):
     assert m.method == method and m.model == model and d.tokenizer == model
     assert m.lr == 5e-5 and tuple(m.betas) == (0.9, 0.98) and m.el_n == 10
     assert d.forget_path == f"data/unlearning/lm_extraction_{size}_0.csv"
-    assert d.batch_size * cfg.trainer.accumulate_grad_batches == 8  # official train_batch_size
+    # The official UFLDataset refuses a train set whose size is not train_batch_size * gradient_accumulation_steps
+    # * len(gpu_list): one optimizer step per epoch over all of D_f, in micro-batches of 8 (per GPU there).
+    assert d.batch_size == 8 and d.batch_size * cfg.trainer.accumulate_grad_batches == size
     assert m.ma_threshold == gamma and (m.outlier_low, m.outlier_high) == (0.15, 0.60) and m.stop_on_el is False
     assert {k: m[k] for k in OFFICIAL[method]} == OFFICIAL[method]
     if model != "EleutherAI/gpt-neo-125m":

@@ -428,6 +428,8 @@ class UnlearningModule(_CausalLMStage):
             loss, ma, k = lm_loss(logits, ids, mask)
         else:
             select = None
+            # Official: selection and token-mean loss per micro-batch (per GPU there, 8 rows), gradients averaged
+            # over the micro-batches of the one step per epoch; here the same with accumulate_grad_batches.
             if self.method in ("sga", "tau"):  # score g(x) = MA in this forward pass, ascend on the selected x
                 thr, top = self.sga_level(), self.hparams.ascend_on_top
                 select = lambda ma: select_for_ascent(ma, thr, top)  # noqa: E731
