@@ -135,6 +135,8 @@ class IMLDataModule(L.LightningDataModule):
                                f"{hp.path}"}
 
     def train_dataloader(self) -> DataLoader:
+        # Shuffled with `seed` in both stages; the official stage 2 trains with seed = seed_stage2 (its own TODO
+        # questions that), so its stage-2 seeds vary the data order as well as the split (cards/iml.md).
         return train_loader(self.train_documents, self.hparams.batch_size, shuffle=True, seed=self.hparams.seed,
                             num_workers=self.hparams.num_workers)
 
