@@ -5,7 +5,8 @@ Sources (explicit, logged, never a silent fallback):
   one ``.obj`` mesh per part (``piece_0.obj``, ...), listed by the split files the PMTR code ships,
   ``data_list/{everyday,artifact}_{train,val}.txt``: one line ``NNN <category>/<Class>/<id>/<fracture>`` per sample,
   NNN = its number of parts (the official test split is the ``val`` list). Samples with ``min_part <= NNN <=
-  max_part`` are kept (pairwise: 2 and 2; multi-part: 2 and 20, as the official ``--mpa``).
+  max_part`` are kept (pairwise: 2 and 2; multi-part: 2 and 20, the public official code
+  has no multi-part mode: it hard-codes 2 and 2).
 * ``synthetic``: seeded primitives (ellipsoidal icospheres, boxes, cylinders, capsules with a random anisotropic
   scale) cut by seeded planes with ``trimesh.intersections.slice_mesh_plane(cap=True)`` into watertight parts.
 
@@ -14,7 +15,8 @@ Both then go through the official sampling: ``n_points`` surface points split by
 re-centred at its point mean and rotated by a random rotation. Validation/test draws are fixed per sample index;
 training draws change every time a sample is read. Pairwise training swaps the two parts with probability 1/2;
 multi-part training/validation picks a random source part and the part with most fracture points (within 0.015)
-as target (official ``read_obj_data``); multi-part test samples hold every part. A diagnostic option,
+as target (ours: the public
+official ``read_obj_data`` is pairwise only); multi-part test samples hold every part. A diagnostic option,
 ``train_redraw``, keeps some of a pairwise training read fixed (the overfitting probe of cards/pmtr.md).
 
 A sample: ``parts`` (list of (n_i, 3) posed points), ``gt_rotations`` R_i, ``gt_translations`` c_i (a part point

@@ -7,7 +7,8 @@ from scipy.spatial.transform import Rotation
 
 from zoo.pmtr.geometry import apply_transform
 from zoo.pmtr.matching import (local_global_registration, log_sinkhorn_dustbin, node_correspondences,
-                               point_to_node_partition, superpoint_matching)
+                               point_to_node_partition, superpoint_matching,
+                               superpoint_targets)
 
 
 def _augmented_marginals(row_mask, col_mask):
@@ -59,6 +60,20 @@ def test_superpoint_matching_is_dual_normalised_top_k():
     idx = np.flatnonzero(m1)
     assert list(si.numpy()) == list(idx[order // 5]) and list(ti.numpy()) == list(order % 5)
     np.testing.assert_allclose(sc.numpy(), s.ravel()[order], rtol=1e-12)
+
+
+def test_superpoint_targets_keep_every_ground_truth_pair_when_none_passes_the_threshold():
+    # transcription of the official SuperPointTargetGenerator: mask = overlap > 0.1; if the mask is empty it is
+    # inverted (every pair kept); more than num_targets pairs: a random subset without replacement
+    idx = torch.tensor([[0, 1], [2, 3], [4, 5]])
+    low = torch.tensor([0.05, 0.1, 0.02], dtype=torch.float64)
+    si, ti, ov = superpoint_targets(idx, low, 128, 0.1)
+    assert si.tolist() == [0, 2, 4] and ti.tolist() == [1, 3, 5] and torch.equal(ov, low)
+    mixed = torch.tensor([0.05, 0.3, 0.5], dtype=torch.float64)
+    si, ti, ov = superpoint_targets(idx, mixed, 128, 0.1)
+    assert si.tolist() == [2, 4] and ti.tolist() == [3, 5] and ov.tolist() == [0.3, 0.5]
+    si, ti, ov = superpoint_targets(idx, mixed, 1, 0.1, generator=torch.Generator().manual_seed(0))
+    assert len(si) == 1 and (int(si[0]), int(ti[0])) in {(2, 3), (4, 5)}
 
 
 def test_point_to_node_partition_matches_brute_force():

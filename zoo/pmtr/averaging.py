@@ -1,5 +1,6 @@
-"""Multi-part pose graph (official `test_mpa.py`): Shonan rotation averaging (gtsam) over every ordered pair's
-estimate, then translations by weighted linear least squares given the rotations, the anchor part fixed."""
+"""Multi-part pose graph (ours: the public PMTR repository has no multi-part code): Shonan rotation averaging
+(gtsam) over every ordered pair's estimate, then translations by weighted linear least squares given the rotations,
+the anchor part fixed."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ def _gtsam():
 def shonan_poses(n: int, anchor: int, edges: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, float]],
                  p_min: int = 3, p_max: int = 40):
     """Absolute poses anchor -> part k (x_k = R_k x_anchor + t_k) from pairwise estimates (i, j) -> (R, t, w) mapping
-    part i into part j's frame with confidence w. As the official test: one BetweenFactorPose3 per ordered pair with
+    part i into part j's frame with confidence w. One BetweenFactorPose3 per ordered pair with
     information (1 / uncertainty) I_6, `ShonanAveraging3.run` from a random start (levels 3 ... p_max, Ceres-default
     LM), rotations re-expressed relative to the anchor; then t_j - t_i = R_i t_ij (world = anchor frame) solved by
-    least squares with variance uncertainty * 1e-2 (official `estimate_poses_given_rot`). Returns None when Shonan
-    fails (the caller falls back, as the official code, to the anchor's pairwise estimates).
+    least squares with variance uncertainty * 1e-2 (no official source: see cards/pmtr.md). Returns None when Shonan
+    fails (the caller falls back to the anchor's pairwise estimates).
 
-    `w` is the official uncertainty 1 / mean((node score * 1e5)^2), i.e. the factor's information is
+    `w` is the uncertainty 1 / mean((node score * 1e5)^2), i.e. the factor's information is
     mean((node score * 1e5)^2)."""
     gtsam = _gtsam()
     factors = gtsam.BetweenFactorPose3s()

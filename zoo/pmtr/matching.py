@@ -68,8 +68,11 @@ def superpoint_matching(src_feats, trg_feats, src_masks, trg_masks, num_correspo
 def superpoint_targets(gt_indices, gt_overlaps, num_targets: int = 128, overlap_threshold: float = 0.1,
                        generator: torch.Generator | None = None):
     """Training-time node pairs: ground-truth pairs with overlap > threshold, a random `num_targets` of them if
-    there are more (GeoTransformer's `SuperPointTargetGenerator`)."""
+    there are more (GeoTransformer's `SuperPointTargetGenerator`). If no pair passes the threshold, every
+    ground-truth pair is kept (the official `SuperPointTargetGenerator` inverts the empty mask), not none."""
     keep = gt_overlaps > overlap_threshold
+    if not keep.any():
+        keep = ~keep
     idx, ov = gt_indices[keep], gt_overlaps[keep]
     if len(ov) > num_targets:
         sel = torch.randperm(len(ov), generator=generator)[:num_targets].to(ov.device)

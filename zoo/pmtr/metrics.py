@@ -1,4 +1,5 @@
-"""Breaking Bad assembly metrics as the official `evaluate_prediction` (pairwise) and `test_mpa.py` (multi-part).
+"""Breaking Bad assembly metrics as the official `evaluate_prediction` (pairwise) (pairwise); the multi-part
+metrics are ours (the public PMTR repository has no multi-part test, see cards/pmtr.md).
 
 Pose convention here: a relative pose (R, t) maps source points into the target frame, y = R x + t. The official
 code stores (R, -t) (its `relative_trsfm` maps x -> R x - t); every metric below is the same under that sign flip.
@@ -58,8 +59,9 @@ def pairwise_metrics(src, trg, r_pred, t_pred, r_gt, t_gt) -> dict[str, torch.Te
 
 def multipart_metrics(parts: list[torch.Tensor], r_pred: list[torch.Tensor], t_pred: list[torch.Tensor],
                       r_gt: list[torch.Tensor], t_gt: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """`test_mpa.py`: every part i moved into the anchor frame by its pose (anchor -> part i, y = R x + t, so a part
-    point p goes to R^T (p - t)); CRD, CD over the whole assembly, RMSE(R)/(T) averaged over parts, and part
+    """Multi-part (not in the public official code): every part i moved into the anchor frame by its pose
+    (anchor -> part i, y = R x + t, so a part point p goes to R^T (p - t)); CRD, CD over the whole assembly,
+    RMSE(R)/(T) averaged over parts, and part
     accuracies: a part counts when its own chamfer (x 1) < 0.01 (PA_CD) or its CRD (x 1) < 0.1 (PA_CRD)."""
     pred = [(p - t) @ r for p, r, t in zip(parts, r_pred, t_pred)]
     gt = [(p - t) @ r for p, r, t in zip(parts, r_gt, t_gt)]

@@ -98,7 +98,11 @@ class PMTR(nn.Module):
             with torch.no_grad():
                 gt_idx, gt_ov = node_correspondences(src_nds, trg_nds, src_kp, trg_kp, gt_rotation, gt_translation,
                                                      self.matching_radius, src_nm, trg_nm, src_km, trg_km)
-                if (use_gt_nodes or gt_nodes_diagnostic) and (gt_ov > self.positive_overlap).any():
+                # as the official SuperPointTargetGenerator: the pairs with overlap > 0.1, or all ground-truth pairs
+                # if none passes. With no ground-truth pair at all the official get_node_correspondences invents a
+                # random node pair of overlap 1.0 (a circle-loss positive and the only training target); we keep
+                # the learnt pairs and a zero coarse loss instead (cards/pmtr.md, deviations)
+                if (use_gt_nodes or gt_nodes_diagnostic) and len(gt_ov) > 0:
                     gt_nodes = superpoint_targets(gt_idx, gt_ov, self.num_node_correspondences, self.positive_overlap)
             # the losses that do not depend on the node pairs: once, shared with the diagnostic solve
             c_loss = coarse_matching_loss(src_fn, trg_fn, gt_idx, gt_ov, self.positive_overlap)

@@ -42,8 +42,10 @@ class PMTRModule(HubMixin, L.LightningModule):
         lr: Adam learning rate (official 1e-3, no weight decay, no schedule).
         warmup_steps: linear learning-rate warm-up over this many optimiser steps (0, the official setting: none;
             a diagnostic option for the CPU reproduction, not in the paper).
-        shonan_max_level: the highest SO(p) level of the multi-part test's Shonan averaging (official pMax 40); on
-            inconsistent pairwise poses climbing to 40 can take seconds before it fails (then the fallback applies).
+        shonan_max_level: the highest SO(p) level of the multi-part test's Shonan averaging (40; the public
+            official code has no multi-part test to check it against); on inconsistent pairwise
+            poses climbing to 40 can take
+            seconds before it fails (then the fallback applies).
     """
 
     monitor = "val/crd"
@@ -131,14 +133,14 @@ class PMTRModule(HubMixin, L.LightningModule):
         parts, rs, cs = batch["parts"], batch["gt_rotations"], batch["gt_translations"]
         n, anchor = len(parts), int(batch["anchor"])
         edges = {}
-        for i, j in itertools.permutations(range(n), 2):  # every ordered pair, as the official test_mpa.py
+        for i, j in itertools.permutations(range(n), 2):  # every ordered pair (no official multi-part code)
             out = self.model(parts[i], parts[j])
-            # the official factor uncertainty: 1 / mean((node score * 1e5)^2)
+            # factor uncertainty (no official source): 1 / mean((node score * 1e5)^2)
             score = float((out.node_corr_scores.double() * 1e5).pow(2).mean()) if out.node_corr_scores.numel() else 0.0
             edges[(i, j)] = (out.rotation.cpu().double(), out.translation.cpu().double(), 1.0 / max(score, 1e-12))
         poses = shonan_poses(n, anchor, edges, p_max=self.hparams.shonan_max_level)
         self.log("test/shonan_failed", float(poses is None), batch_size=1)
-        if poses is None:  # Shonan failed: the anchor's own pairwise estimates, as the official fallback
+        if poses is None:  # Shonan failed: the anchor's own pairwise estimates
             poses = ([edges[(anchor, i)][0] if i != anchor else torch.eye(3, dtype=torch.float64) for i in range(n)],
                      [edges[(anchor, i)][1] if i != anchor else torch.zeros(3, dtype=torch.float64) for i in range(n)])
         r_pred, t_pred = [r.to(parts[0].dtype) for r in poses[0]], [t.to(parts[0].dtype) for t in poses[1]]
