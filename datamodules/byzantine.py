@@ -16,6 +16,12 @@ Feature sources (explicit and logged, never a silent fallback):
 on machine 0 alone) and validation on the test split (the official early stopping watches test accuracy); test =
 one batch per repeat, a fresh stratified partition of the remaining training samples over the workers
 (the master keeps its data). `MachineShardDataModule` (for DDP training): rank r holds machine r's shard.
+
+Against the official ``byz_detect`` (see the card's deviations): there every repeat redraws the whole partition,
+the master's share included (and refits θ₀); here the master is drawn once. Its class composition: the official
+MNIST branch gives the master exactly n/10 samples of each class and deals the rest of its share to the workers;
+here every machine, the master included, gets a class-proportional share (largest remainders). For F-MNIST and
+CIFAR-10 (balanced classes, N divisible by the machine count) both give every machine n/10 of each class.
 """
 
 from __future__ import annotations

@@ -18,7 +18,10 @@ from zoo.errors import ZooError
 
 def removal_count(eps: float, n_machines: int, const_f: float = 1.2) -> int:
     """Workers Krum, FABA and Zeno remove: ``ceiling(nworker * const_f * eps)`` of the official driver, where
-    ``nworker`` counts the master too."""
+    ``nworker`` counts the master too. The official FABA counts ``ceiling(alpha*(m+1))`` with
+    ``alpha = const_f*eps``, i.e. ``(const_f*eps)*nworker`` in another floating-point order, which is one fewer in
+    a few settings (125 machines at ε = 0.14: 21 against Krum's and Zeno's 22), none of the paper's. One count
+    serves all three here."""
     return math.ceil(n_machines * const_f * eps)
 
 

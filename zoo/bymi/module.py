@@ -32,6 +32,9 @@ class ByMIExperiment(HubMixin, L.LightningModule):
 
     ``fit`` trains θ₀ on the master's data alone by full-batch gradient descent with the official early stopping
     (keep the best θ by validation metric; stop after more than ``patience`` epochs worse than the best).
+    Deviation (card, "Choices and deviations"): θ₀ and the master's data are fitted once and shared by every test
+    repeat; the official ``byz_detect`` redraws the whole partition, the master's share included, and refits θ₀
+    in every repeat, so its repeat-to-repeat spread also carries θ₀'s sampling variation.
     ``test``: every test batch is one repeat (logistic) or a block of repeats (location); for each attack, ⌊ε·m⌋
     workers turn Byzantine, every machine reports split-half gradients at θ₀, and each method flags workers.
     Logged per attack and method: ``test/<attack>/<method>/{fdr,fdr_se,power,p_all,size,rmse}`` (means over
@@ -266,7 +269,8 @@ class ByMIExperiment(HubMixin, L.LightningModule):
             fdp = (flagged & ~truth).sum(-1) / size.clamp_min(1)
             power = (flagged & truth).sum(-1) / n_byz.clamp_min(1)
             kept = (~flagged).to(g.dtype).unsqueeze(-1)
-            # official: the aggregate of the unflagged workers (zero when every worker is flagged)
+            # official `error`: the aggregate of the unflagged workers. When every worker is flagged it is zero here
+            # for every method; the official code sets zero only for RMDP-BH (the others' mean of no rows is NaN)
             agg = torch.where(kept.sum(1) > 0, (workers * kept).sum(1) / kept.sum(1).clamp_min(1), 0.0)
             err = ((agg - clean_mean) ** 2).sum(-1)
             rec = self._results[(attack, method)]
