@@ -145,3 +145,22 @@ def test_greedy_decoding_repeats_one_completion():
     _, rows = _rows(1)
     comps = module.complete(rows)
     assert len(comps[0]) == 2 and comps[0][0] == comps[0][1]
+
+
+def test_sampling_has_no_top_k_cutoff_like_the_official_vllm_sampler():
+    # Official inference (inference/generation_arguments.py): SamplingParams(top_k=-1), i.e. no top-k; transformers
+    # fills an unset top_k with its global default 50. An LM head whose logits are a fixed, strictly decreasing ramp
+    # over the ids (nearly uniform: e^-0.38 from first to last) makes a top-50 cutoff keep ids 0..49 only (pad, EOS,
+    # unk and the bytes 0..46 in ByT5), i.e. fewer than 50 distinct characters; without it, ~95 printable bytes.
+    import torch
+
+    module = _module(n_samples=16, max_new_tokens=64, temperature=1.0, top_p=1.0)
+    head = torch.nn.Linear(module.lm.config.hidden_size, module.lm.config.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(-1e-3 * torch.arange(module.lm.config.vocab_size, dtype=torch.float32))
+    module.lm.lm_head = head
+    _, rows = _rows(1)
+    torch.manual_seed(0)
+    texts = module.complete(rows)[0]
+    assert len(set("".join(texts))) > 60

@@ -108,7 +108,8 @@ class CRUXEvalModule(CRUXEvalScorer):
         n_samples: candidates per problem (paper: 10).
         temperature: 0 means greedy; paper: 0.2 for pass@1, 0.8 for pass@5.
         top_p: nucleus sampling (paper: 0.95).
-        max_new_tokens: generation budget; the stop word ends answers early.
+        max_new_tokens: generation budget; the stop word ends answers early. (The official budget is a total
+            length, prompt included: 1024 direct / 2048 CoT minus each prompt's tokens; cards/cruxeval.md.)
         stop: stop strings (official: ``[/ANSWER]``).
         ks: pass@k values to report (k <= n_samples).
         torch_dtype: e.g. ``bfloat16`` (paper) or None for the model's default.
@@ -135,6 +136,9 @@ class CRUXEvalModule(CRUXEvalScorer):
                 raise ZooError("a config-dict model needs an explicit tokenizer (e.g. 'byt5')")
             tokenizer = model
         self.lm = build_causal_lm(model, torch_dtype)
+        # The official sampler is vLLM with top_k=-1 (inference/generation_arguments.py): nucleus sampling only.
+        # transformers fills an unset top_k with its global default 50, so switch it off explicitly (0 = none).
+        self.lm.generation_config.top_k = 0
         self.tokenizer = load_tokenizer(tokenizer)
         self.stop = list(stop) if stop is not None else list(STOP_WORDS)
 

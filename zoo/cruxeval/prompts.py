@@ -13,6 +13,8 @@ from typing import Literal
 
 Mode = Literal["output", "input"]
 
+# The official harness swaps in a fifth prompt for one model only (make_direct_output_prompt_phind, stop word
+# "# done", for Phind-CodeLlama-34B-v2 output prediction); it is not reproduced here (cards/cruxeval.md).
 STOP_WORDS = ("[/ANSWER]",)
 
 _OUTPUT_TASK = (

@@ -94,9 +94,13 @@ def extract_answer(completion: str, mode: Mode, cot: bool = False) -> tuple[str 
     """The answer expression inside a completion (text generated after the prompt), or (None, reason).
 
     Follows the official post-processing (inference/tasks/*_prediction.py): take the text after
-    ``[ANSWER]`` in CoT mode; for input prediction keep what precedes ``==`` and start it at ``f(`` of
-    ``assert f``; for output prediction keep what follows ``==``. A CoT completion without the tag is
+    ``[ANSWER]`` (when present; officially in CoT mode only); for input prediction keep what precedes ``==``
+    and start it at ``f(`` of ``assert f``; for output prediction keep what follows ``==``. A CoT completion without the tag is
     rejected (the official code would score the whole thought)."""
+    # Two differences from inference/tasks/*_prediction.py, on purpose: the official code splits on [ANSWER] only
+    # for CoT (a direct completion that repeats the tag keeps it, and e.g. "[ANSWER]\n3" then fails to compile), and
+    # it strips the prompt from prompt+completion texts (its *_raw.json files) itself: ``completion`` here is the
+    # text generated after the prompt only.
     if not isinstance(completion, str):
         return None, f"completion is not a string ({type(completion).__name__})"
     text = completion.split("[/ANSWER]")[0]
