@@ -177,3 +177,29 @@ def test_pretraining_learning_rates_are_the_official_loops(tmp_path, tiny_t5):
     _trainer(tmp_path, max_epochs=epochs, limit_train_batches=batches, limit_val_batches=0,
              callbacks=[Record()]).fit(model, dm)
     assert seen == pytest.approx(want, rel=1e-12)
+
+
+def test_anomaly_fine_tuning_minimises_the_official_unmasked_reconstruction_mse(tiny_t5):
+    # oracle: moment-research tasks/anomaly_detection_finetune.py transcribed: the model's forward with mask=None
+    # hides no patch, and the loss is nn.MSELoss() (mean over every element) between reconstruction and series
+    import yaml
+
+    torch.manual_seed(0)
+    module = MOMENTReconstructionModule(pretrained=None, t5_config=tiny_t5, train_objective="reconstruction").double()
+    module.eval()  # no dropout, so both sides see the same network
+    x = torch.randn(3, 1, 512, dtype=torch.float64) * 2 + 1
+    im = torch.ones(3, 512, dtype=torch.float64)
+    batch = {"x": x, "input_mask": im}
+    with torch.no_grad():
+        recon, _ = module.model.reconstruct(x, im, torch.ones_like(im))
+        # the module casts the reconstruction to float32 (for AMP) before the loss, as for the masked objective
+        want = torch.nn.MSELoss()(recon.float().double(), x)
+        got = module._loss(batch, objective=module.hparams.train_objective)
+        masked = module._loss(batch, torch.Generator().manual_seed(0), "masked")
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+    assert not torch.isclose(masked, want)  # the pre-training objective is another loss
+    for path in ("configs/moment_ucr_anomaly.yaml", "configs/smoke/moment_ucr_anomaly.yaml"):
+        with open(path) as f:
+            assert yaml.safe_load(f)["model"]["init_args"]["train_objective"] == "reconstruction", path
+    with pytest.raises(ZooError, match="train_objective"):
+        MOMENTReconstructionModule(pretrained=None, t5_config=tiny_t5, train_objective="other")

@@ -16,6 +16,15 @@ def pretraining_loss(reconstruction: torch.Tensor, x: torch.Tensor, input_mask: 
     return (w * err).sum() / (w.sum() + 1e-7)
 
 
+def reconstruction_loss(reconstruction: torch.Tensor, x: torch.Tensor, input_mask: torch.Tensor) -> torch.Tensor:
+    """The official anomaly-detection fine-tuning objective (moment-research ``tasks/anomaly_detection_finetune.py``:
+    ``nn.MSELoss()`` between the unmasked reconstruction and the series): the MSE over every observed step, nothing
+    hidden. The official loss also counts padded steps; its anomaly windows have none, and here padding is left out."""
+    w = input_mask.unsqueeze(1).expand_as(x).to(x.dtype)
+    err = torch.where(w.bool(), (reconstruction - x) ** 2, torch.zeros((), dtype=x.dtype, device=x.device))
+    return err.sum() / w.sum()
+
+
 def _f1(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
     # the official `f1_score` adds 1e-5 to every denominator; kept so that scores agree to the last digit
     precision = tp / (tp + fp + 1e-5)

@@ -25,7 +25,7 @@ from zoo.errors import ZooError
 from zoo.hub import HubMixin, load_checkpoint
 from zoo.moment.checkpoints import load_converted, load_moment
 from zoo.moment.masking import random_patch_mask
-from zoo.moment.metrics import adjusted_best_f1, pretraining_loss
+from zoo.moment.metrics import adjusted_best_f1, pretraining_loss, reconstruction_loss
 from zoo.moment.model import MOMENT, MomentConfig
 from zoo.moment.svm import fit_svm, refit_svm
 from zoo.rundir import newest_match
@@ -221,7 +221,10 @@ class MOMENTReconstructionModule(_MOMENTModule):
     Args:
         pretrained, t5_config, revision, add_positional_embedding, gradient_checkpointing: as
             `MOMENTForecastingModule`.
-        mask_ratio: share of observed patches hidden during training (paper: 0.3).
+        mask_ratio: share of observed patches hidden during training (paper: 0.3); used by the ``masked`` objective.
+        train_objective: what ``fit`` minimises (and ``validate`` reports): ``masked`` (pre-training: MSE on the hidden
+            observed steps) or ``reconstruction`` (the official anomaly-detection fine-tuning, moment-research
+            ``tasks/anomaly_detection_finetune.py``: nothing hidden, MSE of the whole reconstruction).
         head_dropout: dropout before the reconstruction head (official 0.1).
         freeze_embedder, freeze_encoder, freeze_head: all trainable for pre-training.
         lr, min_lr, warmup_lr, warmup_steps: the official pre-training schedule (1e-4 -> 1e-5 cosine by epoch after
@@ -238,7 +241,8 @@ class MOMENTReconstructionModule(_MOMENTModule):
     tags = ("reconstruction",)
 
     def __init__(self, pretrained: str | None = None, t5_config: dict | None = None,
-                 revision: str | None = None, mask_ratio: float = 0.3, head_dropout: float = 0.1,
+                 revision: str | None = None, mask_ratio: float = 0.3,
+                 train_objective: Literal["masked", "reconstruction"] = "masked", head_dropout: float = 0.1,
                  add_positional_embedding: bool | None = None, freeze_embedder: bool = False,
                  freeze_encoder: bool = False, freeze_head: bool = False, lr: float = 1e-4, min_lr: float = 1e-5,
                  warmup_lr: float = 1e-5, warmup_steps: int = 1000, weight_decay: float = 0.05,
@@ -251,6 +255,8 @@ class MOMENTReconstructionModule(_MOMENTModule):
         for name, v in (("mask_ratio", mask_ratio), ("eval_mask_ratio", eval_mask_ratio)):
             if not 0.0 <= v < 1.0:
                 raise ZooError(f"{name} must be in [0, 1), got {v}")
+        if train_objective not in ("masked", "reconstruction"):
+            raise ZooError(f"train_objective must be 'masked' or 'reconstruction', got {train_objective!r}")
         if lr <= 0 or min_lr < 0 or warmup_lr < 0 or warmup_steps < 0:
             raise ZooError(f"learning rates must be positive and warmup_steps >= 0 (lr={lr}, min_lr={min_lr}, "
                            f"warmup_lr={warmup_lr}, warmup_steps={warmup_steps})")
@@ -261,14 +267,18 @@ class MOMENTReconstructionModule(_MOMENTModule):
     def forward(self, x, input_mask=None, mask=None):
         return self.model.reconstruct(x, input_mask, mask)[0]
 
-    def _loss(self, batch: dict, generator: torch.Generator | None = None) -> torch.Tensor:
+    def _loss(self, batch: dict, generator: torch.Generator | None = None, objective: str = "masked") -> torch.Tensor:
         x, im = batch["x"], batch["input_mask"]
+        if objective == "reconstruction":
+            # official anomaly fine-tuning: the model's forward with mask=None hides nothing (mask = ones)
+            recon, _ = self.model.reconstruct(x, im, torch.ones_like(im))
+            return reconstruction_loss(recon.float(), x, im)
         mask = random_patch_mask(im, self.hparams.mask_ratio, self.model.config.patch_len, generator)
         recon, _ = self.model.reconstruct(x, im, mask)
         return pretraining_loss(recon.float(), x, im, mask)
 
     def training_step(self, batch, batch_idx):
-        loss = self._loss(batch)
+        loss = self._loss(batch, objective=self.hparams.train_objective)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["x"].shape[0])
         return loss
 
@@ -276,7 +286,7 @@ class MOMENTReconstructionModule(_MOMENTModule):
         self._gen = torch.Generator(device=self.device).manual_seed(self.hparams.eval_seed)
 
     def validation_step(self, batch, batch_idx):
-        self.log("val/loss", self._loss(batch, self._gen), prog_bar=True, batch_size=batch["x"].shape[0],
+        self.log("val/loss", self._loss(batch, self._gen, self.hparams.train_objective), prog_bar=True, batch_size=batch["x"].shape[0],
                  sync_dist=True)
 
     def on_test_epoch_start(self) -> None:

@@ -12,6 +12,8 @@ import numpy as np
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.svm import SVC
 
+# momentfm's grid (the tutorial's); moment-research's fit_svm, behind the paper's UCR table, also tries C = inf
+# (cards/moment.md, deviations)
 C_GRID = (0.0001, 0.001, 0.01, 0.1, 1, 10, 100, 1000, 10000)
 
 
