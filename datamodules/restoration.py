@@ -364,6 +364,8 @@ class RestorationDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ degradations
     def _degrade(self, name: str, clean: np.ndarray, kernel: Optional[np.ndarray], kidx: int, idx: int) -> dict:
         hp = self.hparams
+        # per (seed, kernel, image): the official gen_data reseeds np.random.seed(0) for every image instead
+        # (cards/pcdenoiser.md, "Test noise")
         rng = np.random.default_rng([hp.seed, 104729, idx])
         x = torch.from_numpy(clean)[None].double()
         k = torch.zeros(1, 1, dtype=torch.float64) if kernel is None else torch.from_numpy(kernel)

@@ -82,3 +82,64 @@ def test_fit_then_restore_with_init_from(tmp_path):
 def test_bad_configuration_is_refused(kwargs, match):
     with pytest.raises(ZooError, match=match):
         PCDenoiserModule(**{**TINY, **kwargs})
+
+
+def _official_best_iterate(curves, kernels):
+    """A transcription of the official search loops: one run per kernel, `dataset_psnr` summed over the images and
+    divided by their number, `np.max` of it; the reported Levin figure is the mean of the per-kernel maxima."""
+    import numpy as np
+
+    per_kernel = []
+    for k in sorted(set(kernels)):
+        dataset_psnr = None
+        rows = [c for c, kk in zip(curves, kernels, strict=True) if kk == k]
+        for cur in rows:
+            dataset_psnr = np.array(cur, dtype=np.float64) if dataset_psnr is None else dataset_psnr + np.array(cur)
+        per_kernel.append(np.max(dataset_psnr / len(rows)))
+    return float(np.mean(per_kernel))
+
+
+def test_best_iterate_is_per_kernel_then_averaged_as_the_official_scripts():
+    from zoo.pcdenoiser.module import best_iterate
+
+    curves = [[1.0, 3.0, 2.0], [1.0, 2.0, 2.0], [5.0, 1.0, 1.0], [4.0, 1.0, 0.0]]
+    kernels = [0, 0, 1, 1]
+    best, at = best_iterate(torch.tensor(curves, dtype=torch.float64), torch.tensor(kernels))
+    assert float(best) == _official_best_iterate(curves, kernels) == 3.5  # (2.5 + 4.5) / 2
+    assert float(at) == 1.5  # iterations 2 and 1
+    # the max of the pooled mean curve [2.75, 1.75, 1.25] would be 2.75
+    one, at1 = best_iterate(torch.tensor(curves[:2], dtype=torch.float64), torch.tensor([3, 3]))
+    assert float(one) == 2.5 and float(at1) == 2.0
+
+
+def test_restoration_test_reports_the_official_per_kernel_best_iterate_and_ssim(tmp_path):
+    from zoo.pcdenoiser.restore import restore
+
+    data = {"source": "skimage", "skimage_test": ["camera", "coins"], "image_size": 16, "n_synthetic_kernels": 2,
+            "synthetic_kernel_size": 5, "task": "deblur", "noise_sigma": 0.02}
+    torch.manual_seed(0)
+    # D = identity (the DnCNN's last conv zeroed), so Picard FBS is a Landweber step: with kernel 0's small lambda
+    # the PSNR still rises at the last iterate, with kernel 1's expansive one it is best at the first
+    m = PCDenoiserModule(**TINY, solver="fbs", scheme="picard", iters=8, lam_per_kernel=[1.5, 4.0], inner_clamp=False,
+                         ssim_curve=True)
+    with torch.no_grad():
+        m.denoiser.body[-1].weight.zero_()
+        m.denoiser.body[-1].bias.zero_()
+    kw = {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    (res,) = L.Trainer(default_root_dir=tmp_path, **kw).test(m, datamodule=RestorationDataModule(**data))
+    dm = RestorationDataModule(**data)
+    dm.setup("test")
+    psnrs, ssims, kernels = [], [], []
+    for item in dm._test.items:
+        cfg = m.pnp_config(item["kernel_index"])
+        with torch.no_grad():
+            _, curves = restore("deblur", item["observed"][None], lambda x, s: m.denoiser(x, s), cfg,
+                                kernel=item["kernel"], clean=item["clean"][None], ssim_curve=True)
+        psnrs.append([float(v) for v in curves["psnr"]])
+        ssims.append([float(v) for v in curves["ssim"]])
+        kernels.append(item["kernel_index"])
+    assert res["test/psnr_best_iter"] == pytest.approx(_official_best_iterate(psnrs, kernels), abs=1e-4)
+    assert res["test/ssim_best_iter"] == pytest.approx(_official_best_iterate(ssims, kernels), abs=1e-5)
+    assert res["test/best_iter"] == pytest.approx((8 + 1) / 2)  # kernel 0 at its last iterate, kernel 1 at its first
+    pooled = torch.tensor(psnrs, dtype=torch.float64).mean(0).max()
+    assert res["test/psnr_best_iter"] > float(pooled) + 1e-3  # the pooled mean curve's max is not what they report

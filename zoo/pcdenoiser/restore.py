@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.errors import ZooError
-from zoo.pcdenoiser.metrics import psnr
+from zoo.pcdenoiser.metrics import psnr, ssim
 from zoo.pcdenoiser.operators import (
     BlurDownsample,
     CircularBlur,
@@ -74,8 +74,11 @@ def sisr_start(f: torch.Tensor, sf: int) -> torch.Tensor:
 
 def restore(task: Task, observed: torch.Tensor, denoise: Callable[[torch.Tensor, float], torch.Tensor],
             cfg: PnPConfig, kernel: Optional[torch.Tensor] = None, sf: int = 1,
-            clean: Optional[torch.Tensor] = None) -> tuple[FixedPointRun, list[torch.Tensor]]:
-    """Restore one degraded batch; returns the fixed-point run and the PSNR of every iterate (if `clean`)."""
+            clean: Optional[torch.Tensor] = None, ssim_curve: bool = False
+            ) -> tuple[FixedPointRun, dict[str, list[torch.Tensor]]]:
+    """Restore one degraded batch; returns the fixed-point run and, if `clean` is given, the per-image PSNR of every
+    iterate (``curves["psnr"]``) and, with `ssim_curve`, its SSIM (``curves["ssim"]``: the official scripts record
+    both at every iterate and report the best iterate of each mean curve)."""
     if task in ("deblur", "sisr", "poisson_deblur") and kernel is None:
         raise ZooError(f"task {task!r} needs a blur kernel")
     grad_F = prox_F = None
@@ -103,8 +106,16 @@ def restore(task: Task, observed: torch.Tensor, denoise: Callable[[torch.Tensor,
                        f"got {cfg.solver!r}")
     T = make_operator(cfg.solver, denoise, cfg.sigma, cfg.lam, grad_F=grad_F, prox_F=prox_F,
                       inner_clamp=(0.0, 1.0) if cfg.inner_clamp else None, decay=cfg.hqs_decay)
-    curve: list[torch.Tensor] = []
-    callback = (lambda k, u: curve.append(psnr(u, clean))) if clean is not None else None
+    curves: dict[str, list[torch.Tensor]] = {"psnr": []}
+    if ssim_curve:
+        curves["ssim"] = []
+
+    def track(k: int, u: torch.Tensor) -> None:
+        curves["psnr"].append(psnr(u, clean))
+        if ssim_curve:
+            curves["ssim"].append(ssim(u, clean))
+
+    callback = track if clean is not None else None
     clamp = (0.0, 1.0) if cfg.clamp_iterates else None
     if cfg.scheme == "ishikawa":
         run = pnp_ishikawa(T, u0, cfg.iters, cfg.a, cfg.b, clamp=clamp, callback=callback, outer=cfg.outer)
@@ -112,4 +123,4 @@ def restore(task: Task, observed: torch.Tensor, denoise: Callable[[torch.Tensor,
         run = picard(T, u0, cfg.iters, clamp=clamp, callback=callback)
     else:
         raise ZooError(f"unknown scheme {cfg.scheme!r}: choose ishikawa or picard")
-    return run, curve
+    return run, curves
