@@ -178,7 +178,8 @@ class LongTailDataModule(L.LightningDataModule):
         return DataLoader(ds, batch_size=bs, num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self):
-        # drop_last keeps every training batch at full size (class sets of a contrastive batch)
+        # drop_last keeps every training batch at full size (class sets of a contrastive batch); the official loaders
+        # keep the last partial batch (shuffled anew each epoch, so every image is still drawn in expectation)
         return train_loader(self.train_set, self.batch_size, shuffle=True, num_workers=self.num_workers,
                             drop_last=len(self.train_set) > self.batch_size, persistent_workers=self.num_workers > 0)
 

@@ -1,6 +1,9 @@
 """SCoReModule: two-stage schedule, metrics, encoders, Hub round trip, bad input."""
 
+import math
+
 import lightning as L
+import numpy as np
 import pytest
 import torch
 
@@ -127,3 +130,45 @@ def test_bad_module_arguments():
         SCoReModule(encoder="tiny_cnn", objective="facility")
     with pytest.raises(ZooError, match="set training: joint"):
         SCoReModule(encoder="tiny_cnn", objective="ce", training="two_stage")
+
+
+def _official_stage1_lrs(lr, epochs, n_batches, cosine, milestones=(), decay=0.1, warm_epochs=0, warm_from=0.01):
+    """Oracle: the official util.adjust_learning_rate (per epoch, epochs counted from 1) then
+    util.warmup_learning_rate (per batch), transcribed; the learning rate of every optimiser step."""
+    eta_min = lr * decay ** 3
+    warm_to = (eta_min + (lr - eta_min) * (1 + math.cos(math.pi * warm_epochs / epochs)) / 2) if cosine else lr
+    out = []
+    for epoch in range(1, epochs + 1):
+        if cosine:
+            e_lr = eta_min + (lr - eta_min) * (1 + math.cos(math.pi * epoch / epochs)) / 2
+        else:
+            e_lr = lr * decay ** int(np.sum(epoch > np.asarray(milestones)))
+        for b in range(n_batches):
+            if epoch <= warm_epochs:
+                p = (b + (epoch - 1) * n_batches) / (warm_epochs * n_batches)
+                e_lr = warm_from + p * (warm_to - warm_from)
+            out.append(e_lr)
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "step"])
+def test_stage1_learning_rates_follow_the_official_warmup_and_schedule(schedule):
+    dm = CIFARLTDataModule(source="embedded", image_size=8, imbalance_ratio=10, batch_size=32, num_workers=0,
+                           augment="light", hflip=False)
+    model = SCoReModule(encoder="tiny_cnn", num_classes=10, proj_dim=8, width=1, objective="gc_cf", stage1_epochs=6,
+                        lr=0.05, lr_schedule=schedule, milestones=[3, 4], warmup_epochs=2, probe_lr=0.1)
+    seen = []
+
+    class Record(L.Callback):
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            seen.append([g["lr"] for g in optimizer.param_groups])
+
+    trainer = L.Trainer(max_epochs=7, callbacks=[Record()], accelerator="cpu", devices=1, limit_train_batches=3,
+                        limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(model, dm)
+    want = _official_stage1_lrs(0.05, 6, 3, schedule == "cosine", milestones=(3, 4), warm_epochs=2)
+    got = [enc for enc, _ in seen[:18]]
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
+    assert all(cls == 0.0 for _, cls in seen[:18])  # the classifier waits for stage 2
+    assert seen[18:] == [[0.0, 0.1]] * 3  # the probe: frozen encoder, probe_lr

@@ -146,6 +146,8 @@ def graph_cut_loss(z: torch.Tensor, inverse: torch.Tensor, K: int, lamda: float,
 
     sum_{i in V, j in A_k} S_ij = (sum_i z_i) . c_k and sum_{i,j in A_k} S_ij = |c_k|^2, so
     f(A_k) = t . c_k - lamda |c_k|^2 and f(V) = (1 - lamda)|t|^2; L_Cf = lamda * cut(A_1..A_K).
+    The official GraphCut(is_cf=True) divides each anchor's cut row by its |A_k| - 1 positives before the mean,
+    which up-weights tail-class rows; we keep the set function's plain sum (cards/score.md).
     """
     n = z.shape[0]
     c = z.new_zeros(K, z.shape[1]).index_add(0, inverse, z)
@@ -184,7 +186,11 @@ def _logdet_gram(Z: torch.Tensor, sizes: torch.Tensor, delta: float) -> torch.Te
 
 
 def log_determinant_loss(z, inverse, counts, delta: float, total_correlation: bool):
-    """LogDet with S = z z^T: sum_k log det(S_{A_k} + delta I) (- log det(S + delta I)), / |V|."""
+    """LogDet with S = z z^T: sum_k log det(S_{A_k} + delta I) (- log det(S + delta I)), / |V|.
+
+    The official LogDet(is_cf=False) returns -(tau/tau_b) * mean_k log det(S_{A_k} + 0.5 I): the opposite sign and a
+    mean over class sets. We keep the paper's L_Sf = sum_k f(A_k) (train_stage1.py only builds is_cf=True).
+    """
     _check_delta(delta)
     n = z.shape[0]
     loss = _logdet_gram(_padded_sets(z, inverse, counts), counts, delta).sum()

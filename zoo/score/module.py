@@ -87,7 +87,10 @@ class SCoReModule(HubMixin, L.LightningModule):
         contrast_weight: weight of the objective in joint training.
         lr, momentum, weight_decay: SGD for stage 1 / joint training.
         lr_schedule: "cosine" (to lr * 1e-3, SupCon's eta_min) or "step" (x lr_decay at ``milestones``).
-        warmup_epochs: linear warm-up of stage 1 (SupCon warms up for large batches).
+        warmup_epochs: linear warm-up of stage 1 (SupCon warms up for large batches), per training batch from
+            ``warmup_from`` to the schedule's learning rate at the end of the warm-up (util.warmup_learning_rate).
+        warmup_from: learning rate (absolute, not a factor of ``lr``) of the first warm-up batch; 0.01 in the
+            official code.
         probe_lr, probe_weight_decay, probe_milestones, probe_lr_decay: stage-2 SGD (step schedule,
             milestones counted from the start of stage 2).
         many_threshold, few_threshold: training images per class that separate many/medium/few-shot.
@@ -104,7 +107,7 @@ class SCoReModule(HubMixin, L.LightningModule):
                  temperature: float = 0.07, lamda: float = 1.0, delta: float = 0.5, gamma: float = 0.5,
                  contrast_weight: float = 1.0, lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 1e-4,
                  lr_schedule: Literal["cosine", "step"] = "cosine", milestones: Optional[list[int]] = None,
-                 lr_decay: float = 0.1, warmup_epochs: int = 0, probe_lr: float = 0.1,
+                 lr_decay: float = 0.1, warmup_epochs: int = 0, warmup_from: float = 0.01, probe_lr: float = 0.1,
                  probe_weight_decay: float = 0.0, probe_milestones: Optional[list[int]] = None,
                  probe_lr_decay: float = 0.2, many_threshold: int = 100, few_threshold: int = 20):
         super().__init__()
@@ -147,6 +150,15 @@ class SCoReModule(HubMixin, L.LightningModule):
         if self.in_probe_stage:
             self.net.encoder.eval()  # frozen features, running BN statistics (SupCon's linear stage)
             self.net.head.eval()
+        elif self.current_epoch < self.hparams.warmup_epochs and self._trainer is not None:
+            # the official warm-up moves the learning rate every batch (util.warmup_learning_rate); the epoch
+            # scheduler below only sets each warm-up epoch's first value
+            n = self.trainer.num_training_batches
+            if math.isfinite(n) and n > 0:
+                lr = self._warmup_lr(self.current_epoch + batch_idx / n)
+                groups = self.trainer.optimizers[0].param_groups
+                for g in groups[:1] if self.hparams.training == "two_stage" else groups:
+                    g["lr"] = lr
 
     def training_step(self, batch, batch_idx):
         x, y = batch[0], batch[1]
@@ -220,27 +232,45 @@ class SCoReModule(HubMixin, L.LightningModule):
 
     # ---- optimisation ---------------------------------------------------------------------------------
 
+    def _stage1_length(self) -> int:
+        """Epochs of the stage-1 schedule: stage1_epochs (two-stage) or trainer.max_epochs (joint)."""
+        max_epochs = self.trainer.max_epochs if self._trainer is not None else None
+        if max_epochs is None or max_epochs < 0:
+            max_epochs = self.hparams.stage1_epochs
+        return self.hparams.stage1_epochs if self.hparams.training == "two_stage" else max_epochs
+
+    @staticmethod
+    def _cosine(epoch: float, length: int) -> float:
+        eta_min = 1e-3  # SupCon: eta_min = lr * lr_decay_rate ** 3
+        return eta_min + (1 - eta_min) * 0.5 * (1 + math.cos(math.pi * min(epoch, length) / max(length, 1)))
+
+    def _warmup_lr(self, progress: float) -> float:
+        """util.warmup_learning_rate: linear in (fractional) epochs from warmup_from to the schedule's value at
+        the end of the warm-up (cosine: its value at epoch warmup_epochs; step: lr)."""
+        hp = self.hparams
+        target = hp.lr * (self._cosine(hp.warmup_epochs, self._stage1_length()) if hp.lr_schedule == "cosine"
+                          else 1.0)
+        return hp.warmup_from + progress / hp.warmup_epochs * (target - hp.warmup_from)
+
     def _stage1_factor(self, epoch: int, length: int) -> float:
         hp = self.hparams
-        if epoch < hp.warmup_epochs:
-            return (epoch + 1) / (hp.warmup_epochs + 1)
+        if epoch < hp.warmup_epochs:  # the epoch's first batch; on_train_batch_start moves it every batch
+            return self._warmup_lr(epoch) / hp.lr
         if hp.lr_schedule == "cosine":
-            eta_min = 1e-3  # SupCon: eta_min = lr * lr_decay_rate ** 3
-            return eta_min + (1 - eta_min) * 0.5 * (1 + math.cos(math.pi * min(epoch, length) / max(length, 1)))
-        return hp.lr_decay ** sum(epoch >= m for m in (hp.milestones or []))
+            # util.adjust_learning_rate counts epochs from 1: the first epoch is already one step down the cosine
+            # and the last reaches eta_min
+            return self._cosine(epoch + 1, length)
+        return hp.lr_decay ** sum(epoch >= m for m in (hp.milestones or []))  # official: epoch(1-based) > m
 
     def configure_optimizers(self):
         hp = self.hparams
-        max_epochs = self.trainer.max_epochs if self._trainer is not None else None
-        if max_epochs is None or max_epochs < 0:
-            max_epochs = hp.stage1_epochs
         encoder_params = list(self.net.encoder.parameters()) + list(self.net.head.parameters())
         two_stage = hp.training == "two_stage"
         groups = [{"params": encoder_params, "lr": hp.lr, "weight_decay": hp.weight_decay},
                   {"params": self.net.classifier.parameters(), "lr": hp.probe_lr if two_stage else hp.lr,
                    "weight_decay": hp.probe_weight_decay if two_stage else hp.weight_decay}]
         opt = torch.optim.SGD(groups, momentum=hp.momentum)
-        e1 = hp.stage1_epochs if two_stage else max_epochs
+        e1 = self._stage1_length()
 
         def encoder_factor(epoch):  # stage 1 schedule; frozen (lr 0) during the probe
             return 0.0 if two_stage and epoch >= e1 else self._stage1_factor(epoch, e1)
