@@ -17,6 +17,8 @@ test file made by DiffOAS is rejected (FNO and PDEBench files count as solver-ge
 ``external-solver``). Validation is the last ``n_val`` samples of the training data (same method).
 
 Batches are ``(x, y)``: ``x`` (B, C+1, s, s) = coefficient channels and the right-hand side; ``y`` (B, 1, s, s) = u.
+(The official scripts store ``x`` = coefficients only, ``f`` beside it; their training code is unreleased. ``f`` is
+an input here because it varies per sample: card, deviations.)
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def to_tensors(data: PDEData) -> TensorDataset:
 
 
 def normalization_stats(ds: TensorDataset) -> dict[str, torch.Tensor]:
-    """Per-channel input mean/std and output std of an (a, f) -> u tensor dataset (the model's normaliser)."""
+    """Per-channel input mean/std and output std of an (a, f) -> u tensor dataset (the model's normaliser).
+
+    Li et al.'s FNO scripts normalise point by point (UnitGaussianNormalizer); per channel is our choice (card)."""
     x, y = ds.tensors
     return {
         "in_mean": x.mean(dim=(0, 2, 3)),

@@ -7,6 +7,7 @@ from scipy.sparse.linalg import spsolve
 from zoo.diffoas.generate import (
     PROBLEMS,
     boundary_mask,
+    diffoas_chunks,
     generate,
     generate_diffoas,
     generate_solver,
@@ -61,6 +62,21 @@ def test_noise_mask_is_zero_on_the_boundary_and_one_at_the_centre():
     m = boundary_mask(9)
     assert not m[0].any() and not m[-1].any() and not m[:, 0].any() and not m[:, -1].any()
     assert m[4, 4] == 1.0 and (m > 0)[1:-1, 1:-1].all()
+
+
+def test_noise_is_the_official_darcy_formula():
+    # official darcy/generate_darcy_u.py: eps = exp(GRF(2.5, 7) on the (s-2)^2 interior) * min(u) * 0.05 / (s-2),
+    # times the full-grid mask cropped to the interior; min(u) signed and taken before the noise is added. A GRF
+    # has its mean mode removed, so log(eps / (mask * min(u) * 0.05 / n)) must average to exactly 0 per sample.
+    P, n = PROBLEMS["darcy"], S - 2
+    U = np.random.default_rng(0).standard_normal((4, n * n))  # signed bases: min(u) < 0, the sign must cancel
+    runs = [next(diffoas_chunks(P, U, 8, S, np.random.default_rng(5), noise_scale=k)) for k in (0.05, 0.0)]
+    (_, _, u_noisy), (_, _, u) = runs  # same stream: the noise field is drawn either way
+    assert (u.min(axis=1) < 0).all()
+    scale = boundary_mask(S)[1:-1, 1:-1].ravel() * u.min(axis=1)[:, None] * 0.05 / n
+    ratio = (u_noisy - u) / scale
+    assert (ratio > 0).all()
+    np.testing.assert_allclose(np.log(ratio).mean(axis=1), 0.0, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", sorted(PROBLEMS))

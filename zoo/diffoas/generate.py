@@ -15,6 +15,10 @@ SciPy's default, Appendix B.3) or with a sparse direct solver.
 Fields are stored on the full ``s x s`` node grid: ``a`` (N, C, s, s) coefficient channels, ``f`` and ``u``
 (N, s, s) with zero boundary rows/columns. The official Darcy script saves the last *basis* solution as the target
 ``y`` instead of the generated ``u`` (notes: darcy/generate_darcy_u.py); here the target is always ``u``.
+Also unlike the official scripts (card, deviations): ``a``, ``f`` and ``u`` share one grid frame (the official
+matrices number nodes column-wise but reshape ``u``/``f`` row-wise, i.e. use ``a^T``), ``f`` is 0 on the boundary
+(the official ``creat_f3`` pads it with row means), and a solve that misses ``rtol`` is an error (they ignore
+GMRES's ``info``).
 """
 
 from __future__ import annotations
