@@ -107,8 +107,11 @@ def test_table_source_and_refusals(tmp_path):
     assert dm.names == ["x", "y"] and int(dm.table.seen.sum()) == 3
     one_hot, bias, bins, w = next(iter(dm.train_dataloader()))
     assert one_hot.shape == (2, 4) and torch.allclose(one_hot.view(2, 2, 2).sum(-1), torch.ones(2, 2))
-    with pytest.raises(ZooError, match="leaves no training combination"):
-        BiasTableDataModule(source="table", table_path=str(tmp_path / "t.csv"), unseen_share=0.9).setup("fit")
+    held = BiasTableDataModule(source="table", table_path=str(tmp_path / "t.csv"), unseen_share=0.9)
+    held.setup("fit")  # official int(0.9 * 4) = 3 held out: a share < 1 always leaves a training combination
+    assert int(held.table.seen.sum()) == 1
+    with pytest.raises(ZooError, match="unseen_share must be in"):
+        BiasTableDataModule(source="table", table_path=str(tmp_path / "t.csv"), unseen_share=1.0).setup("fit")
     with pytest.raises(ZooError, match="bias table .* not found"):
         BiasTableDataModule(source="table", table_path=str(tmp_path / "none.csv")).setup("fit")
     # fewer training combinations than BGGN's top-k mask needs

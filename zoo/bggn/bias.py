@@ -97,10 +97,12 @@ def group_bias(loss: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch
 
 def split_seen_unseen(n_combinations: int, unseen_share: float, seed: int) -> torch.Tensor:
     """Boolean `seen` mask: a random ``unseen_share`` of the distinct combinations is held out (official ``te_par``).
-    Refuses a share that leaves no training combination (or holds out nothing when a share was asked for)."""
+    Holds out ⌊unseen_share·n⌋ (official), so a share < 1 always leaves a training combination."""
     if not 0.0 <= unseen_share < 1.0:
         raise ZooError(f"unseen_share must be in [0, 1), got {unseen_share}")
-    n_unseen = int(round(unseen_share * n_combinations))
+    # floor, as the official ``int(te_par * len(...))`` in regroup_a_bias_df (rounding held out one more whenever
+    # the fractional part was >= 0.5)
+    n_unseen = int(unseen_share * n_combinations)
     if n_combinations - n_unseen < 1:
         raise ZooError(f"unseen_share={unseen_share} of {n_combinations} combinations leaves no training combination")
     g = torch.Generator().manual_seed(seed)

@@ -9,6 +9,17 @@ bias L_f with the relevance threshold τ (official ``vae_eval_bias_thresh: 0.3``
 * DCG@k: Σ_{i≤k} L_f(a_(i)) / log2(i + 1), linear gains (official ``dcg_gains: linear``);
 * RR@k (official ``rr_at_k``): share of the split's true top-k found among the generated a's (``rr_hit``) and
   Σ exp(−|rank_pred − rank_true|) over them (``rr_score``); ``reciprocal_rank`` is 1/rank of the true top-1.
+
+Ties in L̂ are broken by the code, descending (the official sort key (pred, a string) reversed; the string of
+0/1 values compares as the big-endian code), never by the true bias, which the ranking must not see.
+
+The cut-offs above are fixed (``precision_k`` etc.). The official ``evaluate_seen`` overwrites its configured
+``precision_k``, ``recall_k`` and ``rr_k`` with data-derived ones; those are reported too, as ``*_official``:
+
+* ``precision_official``: over the split's generated *samples* (repeats kept) ranked by L̂, k = ⌊1.5 × (the split's
+  share of high-bias combinations) × (the split's generated samples)⌋;
+* ``recall_official``: k = the split's number of high-bias combinations;
+* ``rr_official`` / ``rr_score_official``: k = max(1, ⌊0.05 × that number⌋) (official ``rr_k_ratio: 0.05``).
 """
 
 from __future__ import annotations
@@ -16,15 +27,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def rank_by_prediction(pred: np.ndarray, true: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Order (descending predicted bias; ties by true bias, as a stable secondary key) -> (pred, true) sorted."""
-    order = np.lexsort((-np.asarray(true), -np.asarray(pred)))
-    return np.asarray(pred)[order], np.asarray(true)[order]
-
-
 def precision_at_k(true_ranked: np.ndarray, k: int, threshold: float) -> float:
     """Share of the first k ranked items whose true bias exceeds the threshold (k counts even past the list's end,
-    as the official ``n_relevant / k``)."""
+    as the official ``n_relevant / k``; nan for k = 0, where the official divides by zero)."""
+    if k < 1:
+        return float("nan")
     return float(np.sum(np.asarray(true_ranked)[:k] > threshold)) / k
 
 
@@ -62,7 +69,8 @@ def reciprocal_rank(true_top_id, pred_ranked_ids: list) -> float:
 
 def evaluate_generation(a_codes: np.ndarray, pred_of_code: dict, table_codes: np.ndarray, table_bias: np.ndarray,
                         table_seen: np.ndarray, threshold: float = 0.3, precision_k: int = 100, recall_k: int = 200,
-                        dcg_k: int = 20, rr_k: int = 5, true_top_k: int = 20) -> dict[str, float]:
+                        dcg_k: int = 20, rr_k: int = 5, true_top_k: int = 20, rr_k_ratio: float = 0.05
+                        ) -> dict[str, float]:
     """Metrics of one generated set. ``a_codes``: codes of every generated sample (repeats included);
     ``pred_of_code``: predicted bias per unique code; the table holds every known combination with its true bias
     and split. A generated code that is not in the table is "new" (true bias 0, as the official code)."""
@@ -79,7 +87,7 @@ def evaluate_generation(a_codes: np.ndarray, pred_of_code: dict, table_codes: np
         in_split = [int(c) for c in uniq if int(c) in index and bool(table_seen[index[int(c)]]) == want]
         true = np.array([table_bias[index[c]] for c in in_split], dtype=np.float64)
         pred = np.array([pred_of_code[c] for c in in_split], dtype=np.float64)
-        order = np.lexsort((-true, -pred)) if len(in_split) else np.array([], dtype=int)
+        order = np.lexsort((-np.array(in_split, dtype=np.int64), -pred)) if len(in_split) else np.array([], dtype=int)
         ids = [in_split[i] for i in order]
         true_ranked = true[order] if len(in_split) else true
         split_rows = np.nonzero(table_seen == want)[0]
@@ -97,6 +105,19 @@ def evaluate_generation(a_codes: np.ndarray, pred_of_code: dict, table_codes: np
         out[f"{split}_rr@{rr_k}"] = hit
         out[f"{split}_rr_score@{rr_k}"] = score
         out[f"{split}_reciprocal_rank"] = reciprocal_rank(true_ids[0], ids) if true_ids else float("nan")
+        # the official data-derived cut-offs (evaluate_seen); precision over the samples, repeats kept
+        x_rows = rows[(rows >= 0) & (table_seen[np.maximum(rows, 0)] == want)]
+        x_codes = table_codes[x_rows]
+        x_pred = np.array([pred_of_code[int(c)] for c in x_codes], dtype=np.float64)
+        x_true = table_bias[x_rows][np.lexsort((-x_codes, -x_pred))] if len(x_rows) else np.zeros(0)
+        k_prec = int(n_rel / max(len(split_rows), 1) * 1.5 * len(x_rows))
+        k_rr = max(1, int(rr_k_ratio * n_rel))
+        hit, score = rr_at_k(true_ids, ids, k_rr)
+        out.update({f"{split}_precision_official": precision_at_k(x_true, k_prec, threshold),
+                    f"{split}_precision_official_k": float(k_prec),
+                    f"{split}_recall_official": recall_at_k(true_ranked, n_rel, threshold, n_rel),
+                    f"{split}_rr_official": hit, f"{split}_rr_score_official": score,
+                    f"{split}_rr_official_k": float(k_rr)})
     # against the enumerated truth over every known combination (the synthetic benchmark knows all of them)
     top = np.lexsort((table_codes, -table_bias))[:true_top_k]
     out[f"true_top{true_top_k}_found"] = float(np.mean(np.isin(table_codes[top], uniq)))

@@ -331,8 +331,9 @@ _EVAL_DOC = """
         n_eval_batches, eval_batch_size, eval_seed: generated samples for evaluation (official
             ``evaluation_batch_num: 100`` batches of ``batch_size``).
         bias_threshold: τ of a high-bias combination (official ``vae_eval_bias_thresh: 0.3``).
-        precision_k, recall_k, dcg_k, rr_k: metric cut-offs (official recall_k 200, dcg_k 20, rr_k 5; see the card
-            for precision@k).
+        precision_k, recall_k, dcg_k, rr_k: fixed metric cut-offs (the official configs' precision_k 1000, recall_k
+            200, dcg_k 20, rr_k 5, of which the official evaluation keeps only dcg_k: it derives the others from the
+            data, logged as ``test/*_official``; see `zoo.bggn.metrics` and the card).
         true_top_k: size of the enumerated true top set whose generated share is logged.
         n_export: generated combinations written to ``top_combinations.txt`` (0: none)."""
 

@@ -38,6 +38,9 @@ Form = Literal["paper", "official"]
 # -- VAE pretraining (official engine/engine_vae.py) ---------------------------------------------------------------
 
 def reparameterize(mu: torch.Tensor, log_var: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    # ε has μ's shape: z ~ N(μ, e^s I), the distribution the KL and −log q assume. The official
+    # reparameterize_latent draws randn_like(std) with std of shape (B, 1), one ε per sample shared by all latent
+    # dimensions (z on a line through μ); an official-code quirk we do not reproduce (card, deviations).
     eps = torch.randn(mu.shape, generator=generator, dtype=mu.dtype, device=mu.device)
     return mu + eps * torch.exp(0.5 * log_var)
 
