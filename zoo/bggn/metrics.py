@@ -10,8 +10,8 @@ bias L_f with the relevance threshold τ (official ``vae_eval_bias_thresh: 0.3``
 * RR@k (official ``rr_at_k``): share of the split's true top-k found among the generated a's (``rr_hit``) and
   Σ exp(−|rank_pred − rank_true|) over them (``rr_score``); ``reciprocal_rank`` is 1/rank of the true top-1.
 
-Ties in L̂ are broken by the code, descending (the official sort key (pred, a string) reversed; the string of
-0/1 values compares as the big-endian code), never by the true bias, which the ranking must not see.
+Ties in L̂ are broken by the code, descending (`rank_by_prediction`: the official sort key (pred, a string)
+reversed; the string of 0/1 values compares as the big-endian code), never by the true bias.
 
 The cut-offs above are fixed (``precision_k`` etc.). The official ``evaluate_seen`` overwrites its configured
 ``precision_k``, ``recall_k`` and ``rr_k`` with data-derived ones; those are reported too, as ``*_official``:
@@ -25,6 +25,13 @@ The cut-offs above are fixed (``precision_k`` etc.). The official ``evaluate_see
 from __future__ import annotations
 
 import numpy as np
+
+
+def rank_by_prediction(codes, pred) -> np.ndarray:
+    """Indices ordering combinations by predicted bias, descending; ties by code, descending (the official sort key
+    (pred, a string) reversed). Never by the true bias, which the ranking must not see."""
+    codes = np.asarray(codes, dtype=np.int64)
+    return np.lexsort((-codes, -np.asarray(pred, dtype=np.float64))) if len(codes) else np.array([], dtype=int)
 
 
 def precision_at_k(true_ranked: np.ndarray, k: int, threshold: float) -> float:
@@ -87,7 +94,7 @@ def evaluate_generation(a_codes: np.ndarray, pred_of_code: dict, table_codes: np
         in_split = [int(c) for c in uniq if int(c) in index and bool(table_seen[index[int(c)]]) == want]
         true = np.array([table_bias[index[c]] for c in in_split], dtype=np.float64)
         pred = np.array([pred_of_code[c] for c in in_split], dtype=np.float64)
-        order = np.lexsort((-np.array(in_split, dtype=np.int64), -pred)) if len(in_split) else np.array([], dtype=int)
+        order = rank_by_prediction(in_split, pred)
         ids = [in_split[i] for i in order]
         true_ranked = true[order] if len(in_split) else true
         split_rows = np.nonzero(table_seen == want)[0]
@@ -109,7 +116,7 @@ def evaluate_generation(a_codes: np.ndarray, pred_of_code: dict, table_codes: np
         x_rows = rows[(rows >= 0) & (table_seen[np.maximum(rows, 0)] == want)]
         x_codes = table_codes[x_rows]
         x_pred = np.array([pred_of_code[int(c)] for c in x_codes], dtype=np.float64)
-        x_true = table_bias[x_rows][np.lexsort((-x_codes, -x_pred))] if len(x_rows) else np.zeros(0)
+        x_true = table_bias[x_rows][rank_by_prediction(x_codes, x_pred)]
         k_prec = int(n_rel / max(len(split_rows), 1) * 1.5 * len(x_rows))
         k_rr = max(1, int(rr_k_ratio * n_rel))
         hit, score = rr_at_k(true_ids, ids, k_rr)

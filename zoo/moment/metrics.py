@@ -6,23 +6,26 @@ import numpy as np
 import torch
 
 
+def _observed_mse(reconstruction: torch.Tensor, x: torch.Tensor, steps: torch.Tensor, eps: float) -> torch.Tensor:
+    """MSE of the reconstruction over the 0/1 ``steps`` [B, L] (every channel), divided by their count + eps."""
+    w = steps.unsqueeze(1).expand_as(x).to(x.dtype)
+    err = torch.where(w.bool(), (reconstruction - x) ** 2, torch.zeros((), dtype=x.dtype, device=x.device))
+    return err.sum() / (w.sum() + eps)
+
+
 def pretraining_loss(reconstruction: torch.Tensor, x: torch.Tensor, input_mask: torch.Tensor,
                      mask: torch.Tensor) -> torch.Tensor:
     """Masked time-series modelling (paper, Sec. 3.3): the MSE of the reconstruction over the time steps that are
     observed (``input_mask`` 1) *and* hidden by the pre-training mask (``mask`` 0) only; [B, C, L] and [B, L].
     The official ``tasks/pretrain.py`` divides by the weight sum + 1e-7; kept."""
-    w = (input_mask * (1 - mask)).unsqueeze(1).expand_as(x).to(x.dtype)
-    err = torch.where(w.bool(), (reconstruction - x) ** 2, torch.zeros((), dtype=x.dtype, device=x.device))
-    return (w * err).sum() / (w.sum() + 1e-7)
+    return _observed_mse(reconstruction, x, input_mask * (1 - mask), 1e-7)
 
 
 def reconstruction_loss(reconstruction: torch.Tensor, x: torch.Tensor, input_mask: torch.Tensor) -> torch.Tensor:
     """The official anomaly-detection fine-tuning objective (moment-research ``tasks/anomaly_detection_finetune.py``:
     ``nn.MSELoss()`` between the unmasked reconstruction and the series): the MSE over every observed step, nothing
     hidden. The official loss also counts padded steps; its anomaly windows have none, and here padding is left out."""
-    w = input_mask.unsqueeze(1).expand_as(x).to(x.dtype)
-    err = torch.where(w.bool(), (reconstruction - x) ** 2, torch.zeros((), dtype=x.dtype, device=x.device))
-    return err.sum() / w.sum()
+    return _observed_mse(reconstruction, x, input_mask, 0.0)
 
 
 def _f1(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
