@@ -76,11 +76,12 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sample: bool = False,
              temperature: float = 1.0, top_p: float = 1.0, num_return_sequences: int = 1,
-             stop: Sequence[str] = (), add_special_tokens: bool = True) -> list[list[str]]:
+             stop: Sequence[str] = (), add_special_tokens: bool = True, top_k: int | None = None) -> list[list[str]]:
     """Batched generation; returns, per prompt, `num_return_sequences` completions (new text only,
     cut at the first stop string). Left padding keeps every prompt's last token adjacent to the new ones.
     `add_special_tokens`: encode the prompts with the tokenizer's special tokens (Llama's BOS), or without them
-    (as lm-eval-harness encodes a causal LM's contexts)."""
+    (as lm-eval-harness encodes a causal LM's contexts). `top_k` when sampling: None keeps the model's
+    generation config (transformers' default 50 where it sets none), 0 turns the cut-off off."""
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     try:
@@ -98,6 +99,8 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, do_sampl
                                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     if do_sample:
         gen_kwargs.update(temperature=temperature, top_p=top_p)
+        if top_k is not None:
+            gen_kwargs["top_k"] = top_k
     else:  # silence generation_config sampling defaults of pretrained models
         gen_kwargs.update(temperature=None, top_p=None, top_k=None)
     if stop:

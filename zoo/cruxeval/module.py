@@ -136,9 +136,6 @@ class CRUXEvalModule(CRUXEvalScorer):
                 raise ZooError("a config-dict model needs an explicit tokenizer (e.g. 'byt5')")
             tokenizer = model
         self.lm = build_causal_lm(model, torch_dtype)
-        # The official sampler is vLLM with top_k=-1 (inference/generation_arguments.py): nucleus sampling only.
-        # transformers fills an unset top_k with its global default 50, so switch it off explicitly (0 = none).
-        self.lm.generation_config.top_k = 0
         self.tokenizer = load_tokenizer(tokenizer)
         self.stop = list(stop) if stop is not None else list(STOP_WORDS)
 
@@ -156,7 +153,9 @@ class CRUXEvalModule(CRUXEvalScorer):
             sample = hp.temperature > 0  # greedy decoding is deterministic: decode once, repeat n times
             texts = generate(self.lm, self.tokenizer, [self.prompt(rows[i]) for i in valid], hp.max_new_tokens,
                              do_sample=sample, temperature=hp.temperature, top_p=hp.top_p,
-                             num_return_sequences=hp.n_samples if sample else 1, stop=self.stop)
+                             # the official sampler is vLLM with top_k=-1 (inference/generation_arguments.py):
+                             # nucleus sampling only, where transformers would apply its default top-k of 50
+                             top_k=0, num_return_sequences=hp.n_samples if sample else 1, stop=self.stop)
             for i, t in zip(valid, texts):
                 out[i] = t if sample else t * hp.n_samples
         return out
