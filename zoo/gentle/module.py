@@ -121,8 +121,8 @@ class GENTLEModule(ConditionalGeneratorModule):
     Args:
         x_dim: number of covariates (cps 9, ecm 5, toy1 3, toy2 2).
         lambda_ot: λ, weight of the OT term (official ``ld`` 0.3; 0 = the ablation without OT).
-        epsilon: ε, entropic regularisation (1.0), in standardised y units (the official code z-scores y; its
-            grid_search.py has ε as an axis with the one value 1.0, for every dataset).
+        epsilon: ε, entropic regularisation (1.0), in standardised y units (the official code z-scores y; 1.0 is
+            train_gentle.py's default and the one value on the ε axis of its grid_search.py, set up for ECM).
         debias: ours, not the paper's (default False = the paper's term): subtract ½ W_ε(α_i, α_i) + ½ W_ε(β_j, β_j)
             from R_i + ε, the Sinkhorn divergence, which is 0 for identical neighbours instead of rewarding narrow
             conditionals (`zoo.gentle.entropic.debiased_semi_dual`; the self terms are solved exactly on the samples).
