@@ -50,6 +50,9 @@ def long_tail_counts(n_max: int, num_classes: int, imbalance_ratio: float, profi
                 for i in range(num_classes)]
     if profile == "step":
         tail = set(range(num_classes // 2, num_classes) if step_classes is None else step_classes)
+        if not tail <= set(range(num_classes)):
+            raise ZooError(f"step_classes {sorted(tail - set(range(num_classes)))} are not classes of this "
+                           f"dataset (0..{num_classes - 1})")
         return [max(1, math.floor(n_max / imbalance_ratio)) if i in tail else n_max for i in range(num_classes)]
     raise ZooError(f"unknown long-tail profile {profile!r}; choose 'exp' or 'step'")
 
@@ -226,6 +229,8 @@ class CIFARLTDataModule(LongTailDataModule):
             raise ZooError(f"unknown dataset {dataset!r}; choose 'cifar10' or 'cifar100'")
         if source not in ("local", "embedded"):
             raise ZooError(f"unknown source {source!r}; choose 'local' or 'embedded'")
+        if image_size < 1:
+            raise ZooError(f"image_size must be >= 1, got {image_size}")
         refuse_unread_files(self, source, locals())
         self.dataset, self.source, self.root, self.image_size = dataset, source, root, image_size
 

@@ -76,6 +76,9 @@ class IMLDataModule(L.LightningDataModule):
         if batch_size < 1 or eval_batch_size < 1:
             raise ZooError(f"IMLDataModule: batch_size and eval_batch_size must be >= 1, got {batch_size}, "
                            f"{eval_batch_size}")
+        if max_eval_per_subset is not None and max_eval_per_subset < 1:  # 0 read as "no cap": every question
+            raise ZooError(f"IMLDataModule: max_eval_per_subset must be >= 1 (or null: every question), got "
+                           f"{max_eval_per_subset}")
         refuse_unread_files(self, source, locals())
         self.save_hyperparameters()
         self.fracs = {k: getattr(self.hparams, f"frac_{k}") for k in PAPER_FRACS}

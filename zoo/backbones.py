@@ -23,6 +23,9 @@ def timm_model(name: str, pretrained: bool, fallback: str = "", **kwargs: Any) -
         return timm.create_model(name, pretrained=pretrained, **kwargs)
     except RuntimeError as e:  # timm: "Unknown model (...)" and bad feature options
         raise ZooError(f"timm model {name!r} could not be built ({e})") from e
+    except IndexError as e:  # timm indexes its stage list with each of out_indices
+        raise ZooError(f"timm model {name!r} has no feature stage for some of out_indices "
+                       f"{list(kwargs.get('out_indices', ()))}") from e
     except OSError as e:  # offline and not in the HF cache (LocalEntryNotFoundError is a FileNotFoundError)
         cfg = timm.models.get_pretrained_cfg(name)
         repo = getattr(cfg, "hf_hub_id", None) or f"timm/{name}"

@@ -11,6 +11,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from zoo.configs import read_yaml
 from zoo.errors import ZooError
 from zoo.registry import PAPERS
 from zoo.rundir import SINGLE_STAGE, check_run_dir, read_point, read_summary
@@ -118,6 +119,8 @@ def _results_section(run_dir: Path, summary: dict[str, Any], point: dict[str, An
         lines.append("No metrics were recorded.")
     cfg = run_dir / "config.yaml"
     if cfg.exists():
+        if not isinstance(read_yaml(cfg, "run config "), dict):  # the card says this config produced its numbers
+            raise ZooError(f"run config {cfg} is not a mapping of options; restore it before writing the card")
         lines += ["", "<details><summary>config.yaml</summary>", "", "```yaml", cfg.read_text().rstrip(), "```", "",
                   "</details>"]
     return "\n".join(lines) + "\n"

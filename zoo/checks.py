@@ -19,6 +19,9 @@ def check_checkpoint(path: str | None) -> None:
     if path is None or str(path) in SPECIAL_CKPT or str(path).startswith("registry:"):
         return
     p = Path(path)
+    if p.is_dir():
+        raise ZooError(f"checkpoint {path} is a directory; give a checkpoint file (e.g. <run dir>/checkpoints/"
+                       f"last.ckpt)")
     if not p.is_file():
         raise ZooError(f"checkpoint {path} does not exist")
     if not zipfile.is_zipfile(p):

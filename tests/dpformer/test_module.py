@@ -1,6 +1,9 @@
 """DPSASRecModule end to end with DPClipping + SeqRecDataModule, and the Hub round trip (tied weights)."""
 
+import re
+
 import lightning.pytorch as pl
+import pytest
 import torch
 
 from callbacks.dp_clipping import DPClipping
@@ -68,3 +71,15 @@ def test_smoke_fit_with_top_k_5_keeps_a_best_checkpoint(in_tmp):
     assert main(["fit", "--config", str(cfg), "--wandb_mode", "disabled", "--model.init_args.top_k", "5"]) == 0
     (run,) = Path("runs", "dpformer_movielens").iterdir()
     assert list((run / "checkpoints").glob("best-*.ckpt")), "no best checkpoint by val/ndcg5"
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"d_model": 15, "n_heads": 2}, "d_model=15 must be a positive multiple of n_heads=2"),  # was a traceback
+    ({"n_heads": 0}, "n_heads=0"),  # was a ZeroDivisionError
+    ({"top_k": 0}, "top_k=0"),  # HR@0 is 0 for every model: the run went on reporting it
+])
+def test_architecture_and_cut_off_out_of_range_are_refused(kwargs, needle):
+    from zoo.errors import ZooError
+
+    with pytest.raises(ZooError, match=re.escape(needle)):
+        DPSASRecModule(num_items=20, **kwargs)

@@ -132,6 +132,7 @@ def test_seed_is_recorded_when_random(in_tmp, toy_config):
         (["--trainer.limit_train_batches", "0.0"], "trainer.limit_train_batches = 0.0 trains nothing"),
         (["--trainer.max_epochs", "0"], "trainer.max_epochs = 0 trains nothing"),
         (["--trainer.max_steps", "0"], "trainer.max_steps = 0 trains nothing"),
+        (["--ckpt_path", "."], "checkpoint . is a directory; give a checkpoint file"),  # was ". does not exist"
     ],
 )
 def test_bad_input_is_one_line_error(in_tmp, toy_config, capsys, extra, needle):
@@ -323,6 +324,18 @@ def test_card_refuses_a_directory_that_is_not_a_run_dir(in_tmp, capsys):
     assert Path("README.md").read_text() == "# my project\n"
     assert main(["card", "no/such/run"]) == 2
     assert "no/such/run does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, needle", [("model: {class_path: [\n", "is not valid YAML (line 2)"),
+                                          ("- a\n", "is not a mapping of options")])
+def test_card_refuses_a_damaged_run_config(in_tmp, capsys, text, needle):
+    """The card shows config.yaml as the config that produced its numbers: it embedded a damaged one as it was."""
+    Path("run").mkdir()
+    Path("run/config.yaml").write_text(text)
+    assert main(["card", "run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zoo: error: run config run/config.yaml ") and needle in err and "\n" not in err
+    assert not Path("run/README.md").exists()
 
 
 def test_a_sweep_points_card_is_named_by_its_point(in_tmp, toy_config):

@@ -235,6 +235,8 @@ def test_a_failed_point_is_recorded_and_the_sweep_carries_on(in_tmp, toy_config,
     ({"config": "TOY", "grid": {"data.init_args.batch_size": [4, -4]}},  # checked point by point, not one per key set
      "point batch_size=-4,seed=0: data.init_args.batch_size = -4: a count or size cannot be negative"),
     ({"config": "TOY", "args": {"model.init_args.lr": -0.1}}, "model.init_args.lr = -0.1 is a negative learning rate"),
+    ({"config": "TOY", "name": 5}, "the sweep name 5 must be letters, digits"),  # was a TypeError traceback
+    ({"config": "TOY", "name": "../../elsewhere"}, "the sweep name '../../elsewhere' must be"),  # left the root
     ({"config": "EVAL_ONLY"}, "ClusterDeletionEval is evaluation only (it has no training step): run it with `zoo test`"),
 ])
 def test_bad_sweep_files_fail_before_anything_runs(in_tmp, toy_config, capsys, spec, needle):

@@ -44,3 +44,13 @@ def test_bad_sources(tmp_path):
         IMLDataModule(source="local", path=str(path), num_ents=20).setup("fit")
     with pytest.raises(ZooError, match="too few entities"):
         IMLDataModule(source="embedded", num_ents=12).setup("fit")
+
+
+def test_out_of_range_sizes_are_refused():
+    # a cap of 0 read as "no cap" and evaluated every question; a block of 0 tokens failed inside the attention
+    with pytest.raises(ZooError, match="max_eval_per_subset must be >= 1 .or null: every question., got 0"):
+        IMLDataModule(source="embedded", max_eval_per_subset=0)
+    from zoo.iml import IMLModule
+
+    with pytest.raises(ZooError, match="block_size must be >= 1, got 0"):
+        IMLModule(block_size=0)

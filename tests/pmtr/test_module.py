@@ -86,6 +86,15 @@ def test_bad_configs_are_refused():
         PMTRModule(**{**TINY, "lr": 0.0})
     with pytest.raises(ZooError, match="shonan_max_level"):
         PMTRModule(**{**TINY, "shonan_max_level": 2})
+    # each was a torch traceback (GroupNorm's divisibility, an empty max() reduction) or trained on nothing
+    with pytest.raises(ZooError, match="groups=3 must be positive and divide every backbone width"):
+        PMTRModule(**{**TINY, "groups": 3})
+    with pytest.raises(ZooError, match="points_per_node and num_node_correspondences must be >= 1, got 0, 8"):
+        PMTRModule(**{**TINY, "points_per_node": 0})
+    with pytest.raises(ZooError, match="points_per_node and num_node_correspondences must be >= 1, got 16, 0"):
+        PMTRModule(**{**TINY, "num_node_correspondences": 0})
+    with pytest.raises(ZooError, match=r"one positive cap per KPConv level \(3\), got \[8, 0, 8\]"):
+        PMTRModule(**{**TINY, "neighbor_limits": [8, 0, 8]})
     m = PMTRModule(**TINY)
     with pytest.raises(ZooError, match="at least 2"):
         m.test_step({"parts": [torch.rand(10, 3)], "name": "x"}, 0)

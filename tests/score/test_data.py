@@ -39,6 +39,10 @@ def test_step_profile_and_bad_profile():
     assert long_tail_counts(100, 4, 10, "step", step_classes=[0]) == [10, 100, 100, 100]
     with pytest.raises(ZooError, match="profile 'zipf'"):
         long_tail_counts(100, 4, 10, "zipf")
+    with pytest.raises(ZooError, match=r"step_classes \[4\] are not classes of this dataset \(0..3\)"):
+        long_tail_counts(100, 4, 10, "step", step_classes=[1, 4])  # was silently ignored
+    with pytest.raises(ZooError, match="image_size must be >= 1, got 0"):  # was a torch traceback at setup
+        CIFARLTDataModule(source="embedded", image_size=0)
 
 
 def test_long_tail_indices_take_the_requested_counts():

@@ -172,3 +172,18 @@ def test_stage1_learning_rates_follow_the_official_warmup_and_schedule(schedule)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
     assert all(cls == 0.0 for _, cls in seen[:18])  # the classifier waits for stage 2
     assert seen[18:] == [[0.0, 0.1]] * 3  # the probe: frozen encoder, probe_lr
+
+
+def test_settings_that_would_train_or_report_nonsense_are_refused(tmp_path):
+    with pytest.raises(ZooError, match="proj_dim must be >= 1, got 0"):  # trained a 0-d projection
+        SCoReModule(encoder="tiny_cnn", proj_dim=0)
+    with pytest.raises(ZooError, match="few_threshold=50 exceeds many_threshold=10"):
+        SCoReModule(encoder="tiny_cnn", many_threshold=10, few_threshold=50)
+    # a fit that ends within stage 1 tested a classifier that never trained
+    dm = CIFARLTDataModule(source="embedded", image_size=8, imbalance_ratio=10, batch_size=32, num_workers=0,
+                           augment="light")
+    model = SCoReModule(encoder="tiny_cnn", num_classes=10, proj_dim=8, stage1_epochs=2)
+    trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    with pytest.raises(ZooError, match=r"trainer.max_epochs=2 ends within stage 1 \(stage1_epochs=2\)"):
+        trainer.fit(model, dm)

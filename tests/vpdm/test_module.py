@@ -96,3 +96,8 @@ def test_refusals():
         VPDMModule(**{**TINY, "num_prototypes": 0})
     with pytest.raises(ZooError, match="condition 'raw'"):
         VPDMModule(**{**TINY, "condition": "raw"})
+    # were a ZeroDivisionError in the scheduler at test time, and timm's IndexError wrapped by jsonargparse
+    with pytest.raises(ZooError, match="num_inference_steps and num_train_timesteps must be >= 1, got 0"):
+        VPDMModule(**{**TINY, "num_inference_steps": 0})
+    with pytest.raises(ZooError, match=r"has no feature stage for some of out_indices \[0, 1, 7\]"):
+        VPDMModule(**{**TINY, "out_indices": [0, 1, 7]})

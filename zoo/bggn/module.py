@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 
+from zoo.attached import attached_datamodule, attached_trainer
 from zoo.backbones import torchvision_model
 from zoo.bggn.bias import codes, decode, group_bias, one_hot, write_bias_table
 from zoo.bggn.metrics import evaluate_generation
@@ -63,11 +64,11 @@ def _sub_state(state: dict[str, torch.Tensor], prefix: str, what: str) -> dict[s
 
 
 def _datamodule(module: L.LightningModule):
-    return getattr(module.trainer, "datamodule", None) if module._trainer is not None else None
+    return attached_datamodule(module)
 
 
 def _run_dir(module: L.LightningModule) -> Path:
-    return Path(module.trainer.default_root_dir) if module._trainer is not None else Path(".")
+    return Path(getattr(attached_trainer(module), "default_root_dir", "."))
 
 
 # -- phase 0 ---------------------------------------------------------------------------------------------------------

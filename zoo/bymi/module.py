@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.attached import attached_datamodule
 from zoo.bymi.attacks import (ATTACKS, choose_byzantine, ipm, ood_features, ood_half_means,
                               random_gradient, unit_direction)
 from zoo.bymi.baselines import faba, krum, removal_count, rmdp_bh, zeno
@@ -109,7 +110,7 @@ class ByMIExperiment(HubMixin, L.LightningModule):
 
     # ------------------------------------------------------------------------------------------ fit θ₀
     def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = attached_datamodule(self)
         if dm is None:
             return
         hp = self.hparams

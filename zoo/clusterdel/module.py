@@ -18,6 +18,7 @@ from typing import Any, Literal
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
+from zoo.attached import attached_trainer
 from zoo.clusterdel.algorithms import ALGORITHMS, GraphReport, check_algorithms, run_algorithms
 from zoo.clusterdel.graph import Graph
 from zoo.errors import ZooError
@@ -118,7 +119,7 @@ class ClusterDeletionEval(HubMixin, L.LightningModule):
         return [row for r in self._reports for row in r.table()]
 
     def _save(self, stage: str) -> None:
-        if self._trainer is None or not self._reports:
+        if attached_trainer(self) is None or not self._reports:
             return
         run = Path(self.trainer.default_root_dir)
         run.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from typing import Literal, Optional
 import lightning as L
 import torch
 
+from zoo.attached import attached_datamodule
 from zoo.diffoas.models import build_model, relative_l2
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
@@ -62,7 +63,7 @@ class NeuralOperatorModule(HubMixin, L.LightningModule):
         self.register_buffer("out_std", torch.ones(1))
 
     def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = attached_datamodule(self)
         if dm is not None and getattr(dm, "in_channels", self.hparams.in_channels) != self.hparams.in_channels:
             raise ZooError(f"model in_channels={self.hparams.in_channels} but the {dm.hparams.problem} data have "
                            f"{dm.in_channels} input fields (coefficient channels + right-hand side)")

@@ -13,6 +13,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
+from zoo.attached import attached_datamodule
 from zoo.dpformer.model import SASRec
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
@@ -58,6 +59,10 @@ class DPSASRecModule(HubMixin, pl.LightningModule):
             top_k: cut-off of HR@k / NDCG@k (logged as val/hr10, val/ndcg10 for k=10).
         """
         super().__init__()
+        if d_model < 1 or n_heads < 1 or d_model % n_heads:
+            raise ZooError(f"DPSASRecModule: d_model={d_model} must be a positive multiple of n_heads={n_heads}")
+        if top_k < 1 or max_len < 1:
+            raise ZooError(f"DPSASRecModule: top_k={top_k} and max_len={max_len} must be positive")
         self.save_hyperparameters()
         self.model: SASRec | None = None
         self.item_frequency: torch.Tensor | None = None
@@ -77,7 +82,7 @@ class DPSASRecModule(HubMixin, pl.LightningModule):
 
     # ------------------------------------------------------------ wiring to data and checkpoints
     def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = attached_datamodule(self)
         n = getattr(dm, "num_items", None)
         if n is not None:
             if self.model is None:

@@ -20,6 +20,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from zoo.attached import attached_trainer
 from zoo.dpodiff.constraint import SentenceSimilarity
 from zoo.dpodiff.optimize import DPOSettings, optimize_prompt
 from zoo.dpodiff.spaces import (NPLIB_WORDS, NoCandidates, build_space, llm_candidates, load_candidate_cache,
@@ -215,7 +216,7 @@ class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
                       on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
 
     def _run_dir(self) -> Optional[Path]:
-        if self._trainer is None:
+        if attached_trainer(self) is None:
             return None
         run = Path(self.trainer.default_root_dir)
         run.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from zoo.attached import attached_datamodule
 from zoo.errors import ZooError
 from zoo.gentle.baselines import CWGANCritic, CWGANGenerator, gradient_penalty
 from zoo.gentle.entropic import debiased_semi_dual, entropic_ot, semi_dual
@@ -56,7 +57,7 @@ class ConditionalGeneratorModule(HubMixin, L.LightningModule):
 
     # --------------------------------------------------------------------------------------- data hooks
     def _datamodule(self):
-        return getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        return attached_datamodule(self)
 
     def setup(self, stage: str) -> None:
         dm = self._datamodule()

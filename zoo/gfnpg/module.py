@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
+from zoo.attached import attached_datamodule, attached_trainer
 from zoo.errors import ZooError
 from zoo.gfnpg.envs import GFNEnv
 from zoo.gfnpg.exact import DEFAULT_MAX_STATES, StateGraph, exact_metrics
@@ -165,7 +166,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
         self._graph = None
 
     def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = attached_datamodule(self)
         env = getattr(dm, "env", None)
         if env is None:
             raise ZooError("GFNPGModule needs a datamodule with an `env` (datamodules.gfn_envs.GFNEnvDataModule)")
@@ -219,7 +220,7 @@ class GFNPGModule(HubMixin, L.LightningModule):
     def _step(self, opt, loss: torch.Tensor, span: str) -> None:
         opt.zero_grad()
         with record_function(f"{span}: autograd backward"):
-            if self._trainer is not None:
+            if attached_trainer(self) is not None:
                 self.manual_backward(loss)  # Lightning's hooks (the NaN guard) see the loss
             else:
                 loss.backward()

@@ -113,6 +113,8 @@ class IMLModule(HubMixin, L.LightningModule):
                 allowed: newest match). Loaded when fitting starts; resuming with --ckpt_path overrides it.
         """
         super().__init__()
+        if block_size < 1:  # 0 was a reshape error deep inside the transformer's attention
+            raise ZooError(f"block_size must be >= 1, got {block_size}")
         self.save_hyperparameters()
         self.tokenizer = without_auto_eos(load_tokenizer(tokenizer))
         self._add_eos = eos_to_append(self.tokenizer)  # fixed per tokenizer: not re-asked every step

@@ -13,6 +13,7 @@ from typing import Any, Optional
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
+from zoo.attached import attached_trainer
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.minnorm.experiment import METRICS, run_instance, summarize
@@ -86,7 +87,7 @@ class MinNormExperiment(HubMixin, L.LightningModule):
         self._write_table()
 
     def _write_table(self) -> None:
-        if self._trainer is None:
+        if attached_trainer(self) is None:
             return
         run = Path(self.trainer.default_root_dir)
         run.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
+from zoo.attached import attached_datamodule
 from zoo.errors import ZooError
 from zoo.hub import HubMixin, load_checkpoint
 from zoo.moment.checkpoints import load_converted, load_moment
@@ -106,7 +107,7 @@ class _MOMENTModule(HubMixin, L.LightningModule):
         return {"tags": ["moment", "time-series", *self.tags], "base_model": self.base_model}
 
     def _datamodule(self):
-        return getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        return attached_datamodule(self)
 
 
 def _freeze(model: MOMENT, embedder: bool, encoder: bool, head: bool) -> None:

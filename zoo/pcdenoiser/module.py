@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 
+from zoo.attached import attached_datamodule, attached_trainer
 from zoo.errors import ZooError
 from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
 from zoo.pcdenoiser.denoisers import build_denoiser, check_sigma
@@ -166,7 +167,7 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
 
     # ------------------------------------------------------------------ setup
     def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = attached_datamodule(self)
         ch = getattr(dm, "channels", None)
         if ch is not None and ch != self.hparams.channels:
             raise ZooError(f"model channels={self.hparams.channels} but the data have {ch} channel(s)")
@@ -308,7 +309,7 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
         self._curves.clear()
 
     def _write_curves(self, psnr_curve: torch.Tensor, res_curve: torch.Tensor) -> None:
-        if self._trainer is None or not self.trainer.is_global_zero:
+        if attached_trainer(self) is None or not self.trainer.is_global_zero:
             return
         path = Path(self.trainer.default_root_dir) / CURVES
         path.parent.mkdir(parents=True, exist_ok=True)  # a Trainer without logger has not made it

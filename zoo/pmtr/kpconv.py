@@ -12,6 +12,7 @@ import math
 import torch
 import torch.nn as nn
 
+from zoo.errors import ZooError
 from zoo.pmtr.geometry import Pyramid
 from zoo.pmtr.pmt import FinePMTBlock
 
@@ -54,6 +55,9 @@ class KPConv(nn.Module):
 class GroupNorm1d(nn.Module):
     def __init__(self, groups: int, c: int):
         super().__init__()
+        if groups < 1 or c % min(groups, c):
+            raise ZooError(f"groups={groups} must be positive and divide every backbone width (a layer has {c} "
+                           f"channels)")
         self.norm = nn.GroupNorm(min(groups, c), c)
 
     def forward(self, x):  # (N, C) over all points

@@ -93,6 +93,11 @@ class PMTRModule(HubMixin, L.LightningModule):
             raise ZooError(f"shonan_max_level must be >= 3 (Shonan starts at SO(3)), got {shonan_max_level}")
         if voxel_size <= 0 or kpconv_radius <= 0:
             raise ZooError(f"voxel_size and kpconv_radius must be > 0, got {voxel_size}, {kpconv_radius}")
+        if len(neighbor_limits) != 3 or min(neighbor_limits) < 1:
+            raise ZooError(f"neighbor_limits needs one positive cap per KPConv level (3), got {neighbor_limits}")
+        if points_per_node < 1 or num_node_correspondences < 1:  # 0 failed in a torch reduction, or matched nothing
+            raise ZooError(f"points_per_node and num_node_correspondences must be >= 1, got {points_per_node}, "
+                           f"{num_node_correspondences}")
         args = dict(locals())
         self.model = PMTR(**{k: args[k] for k in inspect.signature(PMTR.__init__).parameters if k != "self"})
 

@@ -21,6 +21,7 @@ from typing import Any, Literal, Optional
 import lightning as L
 import torch
 
+from zoo.attached import attached_trainer
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.regal.codebank import CodeBank
@@ -109,7 +110,7 @@ class ReGALModule(HubMixin, L.LightningModule):
     # -- pieces usable without a Trainer ------------------------------------------------------------------
     @property
     def run_dir(self) -> Path:
-        return Path(self.trainer.default_root_dir) if self._trainer is not None else Path(".")
+        return Path(getattr(attached_trainer(self), "default_root_dir", "."))
 
     @property
     def executor(self) -> Executor:
@@ -173,7 +174,7 @@ class ReGALModule(HubMixin, L.LightningModule):
         self._write_run_files(report)
 
     def _write_run_files(self, report: dict[str, Any]) -> None:
-        if self._trainer is None or self.global_rank != 0:
+        if attached_trainer(self) is None or self.global_rank != 0:
             return
         self.bank.save(self.run_dir / "codebank", header=f"# ReGAL codebank ({self.domain.name})")
         with (self.run_dir / "refactor_log.jsonl").open("a") as fh:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import csv
 import math
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal, Optional
 
 import lightning as L
@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import Metric
 
+from zoo.attached import attached_datamodule, attached_trainer
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
 from zoo.score.losses import OBJECTIVES, SCoReLoss, flatten_views
@@ -118,6 +119,10 @@ class SCoReModule(HubMixin, L.LightningModule):
             raise ZooError(f"unknown training {training!r}; choose 'two_stage' or 'joint'")
         if objective == "ce" and training == "two_stage":
             raise ZooError("objective 'ce' trains end to end: set training: joint")
+        if proj_dim < 1:
+            raise ZooError(f"proj_dim must be >= 1, got {proj_dim}")
+        if few_threshold > many_threshold:  # else a class could be many- and few-shot at once
+            raise ZooError(f"few_threshold={few_threshold} exceeds many_threshold={many_threshold}")
         self.net = SCoReNet(encoder, num_classes, in_chans, proj_dim, cifar_stem, width)
         self.criterion = None if objective == "ce" else SCoReLoss(objective, temperature, lamda, delta, gamma)
         self.val_acc, self.test_acc = PerClassAccuracy(num_classes), PerClassAccuracy(num_classes)
@@ -130,7 +135,7 @@ class SCoReModule(HubMixin, L.LightningModule):
         return self.hparams.training == "two_stage" and self.current_epoch >= self.hparams.stage1_epochs
 
     def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = attached_datamodule(self)
         counts = getattr(dm, "train_class_counts", None)
         if counts is not None:
             self.train_class_counts = list(counts)
@@ -145,12 +150,18 @@ class SCoReModule(HubMixin, L.LightningModule):
         if ch is not None and ch != self.hparams.in_chans:
             raise ZooError(f"model.in_chans={self.hparams.in_chans} but the data has {ch}-channel images; "
                            f"set --model.init_args.in_chans {ch}")
+        max_epochs = getattr(attached_trainer(self), "max_epochs", None)
+        if stage == "fit" and self.hparams.training == "two_stage" and max_epochs is not None \
+                and 0 <= max_epochs <= self.hparams.stage1_epochs:
+            raise ZooError(f"trainer.max_epochs={max_epochs} ends within stage 1 (stage1_epochs="
+                           f"{self.hparams.stage1_epochs}): the linear probe would be tested untrained; set "
+                           f"max_epochs > stage1_epochs")
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
         if self.in_probe_stage:
             self.net.encoder.eval()  # frozen features, running BN statistics (SupCon's linear stage)
             self.net.head.eval()
-        elif self.current_epoch < self.hparams.warmup_epochs and self._trainer is not None:
+        elif self.current_epoch < self.hparams.warmup_epochs and attached_trainer(self) is not None:
             # the official warm-up moves the learning rate every batch (util.warmup_learning_rate); the epoch
             # scheduler below only sets each warm-up epoch's first value
             n = self.trainer.num_training_batches
@@ -216,7 +227,7 @@ class SCoReModule(HubMixin, L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         m = self._log_epoch("test", self.test_acc)
-        if self._trainer is not None and self.trainer.is_global_zero and self.trainer.default_root_dir:
+        if attached_trainer(self) is not None and self.trainer.is_global_zero and self.trainer.default_root_dir:
             path = Path(self.trainer.default_root_dir) / "per_class_accuracy.csv"
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("w", newline="") as f:
@@ -234,7 +245,7 @@ class SCoReModule(HubMixin, L.LightningModule):
 
     def _stage1_length(self) -> int:
         """Epochs of the stage-1 schedule: stage1_epochs (two-stage) or trainer.max_epochs (joint)."""
-        max_epochs = self.trainer.max_epochs if self._trainer is not None else None
+        max_epochs = getattr(attached_trainer(self), "max_epochs", None)
         if max_epochs is None or max_epochs < 0:
             max_epochs = self.hparams.stage1_epochs
         return self.hparams.stage1_epochs if self.hparams.training == "two_stage" else max_epochs

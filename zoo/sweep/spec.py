@@ -242,7 +242,11 @@ def load_sweep(file: str | Path, name: str | None = None) -> Sweep:
                 raise _fail(path, f"{where}refers to ${{{ref}}}, which varies {', '.join(extra)} while "
                                   f"{sname} does not: one {sname} run would match several {ref} runs")
         stages.append(stage)
-    return Sweep(name or raw.get("name") or path.stem, str(path), axes, variants, stages)
+    sweep_name = name or raw.get("name") or path.stem
+    if not isinstance(sweep_name, str) or not re.fullmatch(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]*", sweep_name):
+        # the name is a folder under the sweep root: a path (../x, a/b) or a number would leave or break it
+        raise _fail(path, f"the sweep name {sweep_name!r} must be letters, digits, ., - and _ (not starting with .)")
+    return Sweep(sweep_name, str(path), axes, variants, stages)
 
 
 def _fmt(v: Any) -> str:

@@ -124,6 +124,9 @@ class VPDMModule(HubMixin, L.LightningModule):
             raise ZooError(f"num_prototypes must be >= 1, got {num_prototypes}")
         if num_samples < 1:
             raise ZooError(f"num_samples must be >= 1, got {num_samples}")
+        if num_inference_steps < 1 or num_train_timesteps < 1:  # 0 divides by zero in the scheduler at test time
+            raise ZooError(f"num_inference_steps and num_train_timesteps must be >= 1, got {num_inference_steps}, "
+                           f"{num_train_timesteps}")
         if not 0 <= strength <= 1:  # checked again at test time (partial_denoise); refuse it before training
             raise ZooError(f"strength must be in [0, 1], got {strength}")
         if condition not in ("prototype", "input"):
