@@ -32,7 +32,7 @@ Trainer commands (LightningCLI; `zoo fit --help` lists every option):
   predict    run the predict loop:     zoo predict --config CFG --ckpt_path CKPT
 
 Zoo commands (`zoo <command> --help` for options):
-  list       papers, models, datamodules and configs in the zoo (filter by pattern)
+  list       papers, models, datamodules, callbacks and configs in the zoo (filter by pattern or status)
   push       publish a run dir to the Hugging Face Hub (safetensors + config + card)
   pull       download a published model into the local HF cache
   card       write or refresh a run's model card (README.md)

@@ -310,3 +310,25 @@ def test_a_file_option_the_source_does_not_read_is_refused(module):
                                  r"--data.init_args.source ", str(e)), f"{cls.__name__}: {e}"
             else:
                 pytest.fail(f"{cls.__name__}(source={other!r}, {option}=...) ignored the file option")
+
+
+@pytest.mark.parametrize("verb", ["list", "push", "pull", "card", "compare", "sweep", "cruxeval-score"])
+def test_every_option_of_a_zoo_command_is_explained_by_its_help(verb, capsys):
+    """README: '`zoo <command> --help` explain[s] every option': each parameter of the command's function has a
+    description in its docstring, and `--help` prints it."""
+    import importlib
+    import inspect
+
+    import docstring_parser
+
+    from zoo.cli import FUNCTIONS
+
+    module, name = FUNCTIONS[verb]
+    fn = getattr(importlib.import_module(module), name)
+    described = {p.arg_name: " ".join((p.description or "").split()) for p in docstring_parser.parse(fn.__doc__).params}
+    with pytest.raises(SystemExit):
+        main([verb, "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for param in inspect.signature(fn).parameters:
+        assert described.get(param), f"zoo {verb} --help: --{param} has no description"
+        assert " ".join(described[param].split()[:4]) in shown, f"zoo {verb} --help does not show --{param}'s text"

@@ -558,7 +558,10 @@ def score_generations(generations: str | Path | dict[str, list[str]], mode: Mode
         cot: the completions come from the CoT prompts (an ``[ANSWER]`` tag is then required).
         ks: which pass@k to report.
         out: optional path for per-sample verdicts (jsonl) next to the metrics (``<out>.metrics.json``).
-        workers / cpu_seconds / wall_timeout / memory_mb: sandbox settings (official timeout: 3 s).
+        workers: sandbox worker processes that run candidates in parallel.
+        cpu_seconds: CPU time a candidate may use in the sandbox (the official timeout: 3 s).
+        wall_timeout: wall-clock seconds a candidate may take before the sandbox kills it.
+        memory_mb: address space a candidate may use in the sandbox (RLIMIT_AS, interpreter included), in MiB.
         compat: ``strict`` (each answer is one expression, verdicts only from trusted code) or ``official``
             (the official harness's unparenthesised check, operator precedence included); see
             :func:`plan_check`. Both agree on answers that do not rely on precedence.
