@@ -34,6 +34,8 @@ def find_runs(paths: list[str]) -> list[Path]:
     for p in map(Path, paths):
         if not p.exists():
             raise ZooError(f"run path {p} does not exist")
+        if not p.is_dir():
+            raise ZooError(f"run path {p} is a file; give a run dir (runs/<config>/<timestamp>) or a folder of runs")
         found = [p] if (p / "config.yaml").exists() else sorted(d.parent for d in p.rglob("summary.json"))
         runs += [d for d in found if (d / "config.yaml").exists() and is_finished(d) and d not in runs]
     return runs

@@ -352,3 +352,10 @@ def test_a_sweep_points_card_is_named_by_its_point(in_tmp, toy_config):
     assert "sweep point `s/finetune/variant=rosa,seed=1`, from config `toy`" in card
     (run / "point.json").write_text(json.dumps({"sweep": "s", "stage": "main", "point": "seed=1", "axes": {"seed": 1}}))
     assert "- name: s/seed=1\n" in render_card(run)
+
+
+def test_compare_on_a_file_names_the_problem(in_tmp, capsys):
+    Path("notes.txt").write_text("x")
+    assert main(["compare", "--runs", "[notes.txt]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "zoo: error: run path notes.txt is a file; give a run dir (runs/<config>/<timestamp>) or a folder of runs"
