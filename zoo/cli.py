@@ -94,16 +94,18 @@ def _user_error(exc: BaseException, zoo_error: type) -> BaseException | None:
 
 def _trainer_setting_error(exc: BaseException) -> bool:
     """A ValueError that Lightning's trainer or loops raise themselves: they check trainer options against the data
-    (`val_check_interval` above the number of batches, ...) with plain ValueErrors. One raised in a module's own
-    code, or in LightningModule.log (a bug of ours, not a setting), keeps its traceback."""
-    if not isinstance(exc, ValueError) or exc.__traceback__ is None:
+    (`val_check_interval` above the number of batches, ...) with plain ValueErrors. Also the RuntimeError of its
+    hparams merge: a model option and a data option of one name set to different values. One raised in a module's
+    own code, or in LightningModule.log (a bug of ours, not a setting), keeps its traceback."""
+    if not isinstance(exc, (ValueError, RuntimeError)) or exc.__traceback__ is None:
         return False
     tb = exc.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
     parts = Path(tb.tb_frame.f_code.co_filename).parts
-    return any(parts[k:k + 3] in (("lightning", "pytorch", "trainer"), ("lightning", "pytorch", "loops"))
-               for k in range(len(parts)))
+    places = ((("lightning", "pytorch", "trainer"), ("lightning", "pytorch", "loops")) if isinstance(exc, ValueError)
+              else (("lightning", "pytorch", "loggers", "utilities.py"),))
+    return any(parts[k:k + len(place)] == place for place in places for k in range(len(parts)))
 
 
 def check_config_files(argv: list[str], zoo_error: type) -> None:

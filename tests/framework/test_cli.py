@@ -316,6 +316,37 @@ def test_a_value_error_of_our_own_code_is_not_taken_for_a_setting():
     assert _user_error(info.value, ZooError) is None
 
 
+def test_a_model_and_a_data_option_of_one_name_that_differ_are_one_line(tmp_path):
+    """Lightning refuses to merge the module's and the datamodule's hparams when a shared key differs, with a
+    RuntimeError from its loggers: that is a setting, reported in one line; another RuntimeError is not."""
+    import lightning.pytorch as L
+    from lightning.pytorch.loggers import CSVLogger
+    from zoo_toy import ToyData, ToyRegressor
+
+    from zoo.cli import _user_error, one_line
+    from zoo.errors import ZooError
+
+    class Model(ToyRegressor):
+        def __init__(self, grid_size: int = 8):
+            super().__init__(hidden=4)
+            self.save_hyperparameters()
+
+    class Data(ToyData):
+        def __init__(self, grid_size: int = 8):
+            super().__init__()
+            self.save_hyperparameters()
+
+    trainer = L.Trainer(max_epochs=1, logger=CSVLogger(tmp_path), enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(RuntimeError) as info:
+        trainer.fit(Model(grid_size=8), Data(grid_size=10))
+    assert _user_error(info.value, ZooError) is info.value
+    assert one_line(info.value).startswith("Error while merging hparams: the keys ['grid_size'] are present")
+    with pytest.raises(RuntimeError) as other:
+        raise RuntimeError("a bug in a module")
+    assert _user_error(other.value, ZooError) is None
+
+
 def test_card_refuses_a_directory_that_is_not_a_run_dir(in_tmp, capsys):
     Path("README.md").write_text("# my project\n")  # `zoo card .` used to overwrite it with a model card
     assert main(["card", "."]) == 2
