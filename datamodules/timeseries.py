@@ -157,6 +157,12 @@ class ETTh1DataModule(_WindowSets):
             raise ZooError(f"unknown task {task!r}: choose 'forecasting' or 'imputation'")
         if task == "forecasting" and forecast_horizon < 1:
             raise ZooError(f"forecast_horizon must be positive, got {forecast_horizon}")
+        if min(train_rows, val_rows, test_rows) < 1:
+            raise ZooError(f"train_rows, val_rows and test_rows must be positive, got {train_rows}, {val_rows}, "
+                           f"{test_rows}")
+        if stride < 1 or (eval_stride is not None and eval_stride < 1):
+            raise ZooError(f"stride and eval_stride must be >= 1 (eval_stride null: the task's default), got "
+                           f"{stride}, {eval_stride}")
         _check_batch(batch_size)
         _check_batch(eval_batch_size, "eval_batch_size")
         self.sets: dict[str, WindowDataset] = {}
@@ -356,6 +362,9 @@ class UCRClassificationDataModule(_WindowSets):
                                "--data.init_args.scaling none")
         self.classes = sorted(set(train.labels.tolist()))
         unknown = sorted(set(test.labels.tolist()) - set(self.classes))
+        if len(self.classes) < 2 or None in self.classes:  # a file with @classLabel false reads as one class None
+            raise ZooError(f"{where.get('train', 'train')}: {len(self.classes)} class label(s) {self.classes[:5]}; "
+                           "classification needs cases of at least 2 classes")
         if unknown:
             raise ZooError(f"test labels {unknown[:5]} do not occur in the training set")
         if train.n_channels != test.n_channels:
@@ -376,6 +385,8 @@ class UCRClassificationDataModule(_WindowSets):
         n_val = int(round(hp.val_fraction * len(y)))
         order = np.random.default_rng(hp.seed).permutation(len(y))
         tr, va = np.sort(order[n_val:]), np.sort(order[:n_val])  # the file's order within each part
+        if not len(tr):
+            raise ZooError(f"val_fraction={hp.val_fraction} of {len(y)} training cases leaves none to train on")
         self.sets = {"train": ClassificationDataset(x[tr], m[tr], y[tr]),
                      "val": ClassificationDataset(x[va], m[va], y[va]),
                      "test": ClassificationDataset(*to_set(test))}

@@ -49,7 +49,7 @@ COUNT_NAME = re.compile(
     r"modes|groups|channels|layers|heads|machines|subdivisions|stride|sparsity|iterations|d_model|d_ff|d_kv)$")
 SEED_NAME = re.compile(r"^(\w+_)?seed(_\w+)?$")
 DROPOUT_NAME = re.compile(r"^(\w+_)?dropout(_\w+)?$")
-SANDBOX_LIMIT_NAME = re.compile(r"^(cpu_seconds|wall_timeout|memory_mb)$")
+SANDBOX_LIMIT_NAME = re.compile(r"^(cpu_seconds|wall_timeout|memory_mb|sandbox_workers)$")
 
 
 def check_ranges(group: str, init_args: dict[str, Any]) -> None:

@@ -57,6 +57,24 @@ def test_wrong_earlier_run_is_refused(tmp_path):
 
 
 
+@pytest.mark.parametrize("cls, kwargs, needle", [
+    (BiasPredictorModule, {"n_bins": 0}, "BiasPredictorModule: n_bins=0 must be >= 1"),  # was a weight_norm traceback
+    (VAEModule, {"latent_dim": 0}, "VAEModule: latent_dim=0 must be >= 1"),  # trained a 0-dim latent
+    (BGGNModule, {"precision_k": 0}, "BGGNModule: precision_k=0 must be >= 1"),  # reported precision@0
+    (BGGNModule, {"n_export": -1}, r"n_export=-1 must be >= 0 \(0: none\)"),
+])
+def test_zero_sizes_and_cut_offs_are_refused(cls, kwargs, needle):
+    with pytest.raises(ZooError, match=needle):
+        cls(**kwargs)
+
+
+def test_search_tree_leaf_size_zero_is_refused():
+    from zoo.bggn import SearchTreeModule
+
+    with pytest.raises(ZooError, match="SearchTreeModule: min_samples_leaf=0 must be >= 1"):
+        SearchTreeModule(min_samples_leaf=0)
+
+
 def test_classifier_width_other_than_the_features_is_refused():
     from datamodules.intersectional import IntersectionalSamplesDataModule
     from zoo.bggn import BiasClassifierModule

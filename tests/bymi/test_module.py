@@ -86,6 +86,9 @@ def test_hub_round_trip_keeps_theta0(tmp_path):
     ({"alpha": -1.0}, r"alpha is the target FDR, a level in \(0, 1\); got -1.0"),
     ({"alpha": 1.0}, "alpha is the target FDR"),
     (dict(model="mlp"), "unknown model 'mlp'"),
+    ({"methods": ()}, "attacks and methods must each name at least one"),  # ran and reported nothing
+    ({"attacks": ()}, "attacks and methods must each name at least one"),
+    ({"shift": float("nan")}, "attack and method constants must be finite, got shift=nan"),  # a nan attack
 ])
 def test_bad_settings(kwargs, message):
     with pytest.raises(ZooError, match=message):

@@ -80,6 +80,10 @@ def test_bad_arguments():
         _module(n_samples=2, ks=[1, 5])
     with pytest.raises(ZooError, match="mode"):
         _module(mode="both")
+    with pytest.raises(ZooError, match=r"k <= n_samples for every k in ks=\[\]"):  # ran and reported no pass@k
+        _module(ks=[])
+    with pytest.raises(ZooError, match="max_new_tokens must be >= 1, got 0"):  # was transformers' ValueError
+        _module(max_new_tokens=0)
     with pytest.raises(ZooError, match="explicit tokenizer"):
         CRUXEvalModule(model=TINY)
 

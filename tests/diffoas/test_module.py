@@ -114,6 +114,19 @@ def test_channel_mismatch_is_a_clear_error():
         trainer.fit(model, datamodule=dm)
 
 
+def test_sizes_and_a_grid_other_than_the_data_are_refused():
+    # modes=0 or n_layers=0 trained without a word; a grid other than the data's was Lightning's hparams traceback
+    with pytest.raises(ZooError, match="sizes must be >= 1, got modes=0"):
+        NeuralOperatorModule(modes=0)
+    with pytest.raises(ZooError, match="sizes must be >= 1, got n_layers=0"):
+        NeuralOperatorModule(n_layers=0)
+    dm = PDEDataModule(problem="darcy", grid_size=8, n_train=4, n_val=0, n_test=2, n_basis=2, test_solver="direct")
+    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(ZooError, match="model grid_size=10 but the data's grid_size is 8"):
+        trainer.fit(NeuralOperatorModule(in_channels=2, grid_size=10, modes=2, width=4), datamodule=dm)
+
+
 def test_datamodule_operator_action_choice_gives_the_same_pairs():
     sets = {}
     for action in ("stencil", "sparse"):

@@ -127,3 +127,17 @@ def test_gpo_moves_the_distribution_to_the_minimiser():
 def test_bad_epo_settings_are_refused():
     with pytest.raises(ZooError, match="bad EPO settings"):
         epo(Evaluator(lambda c: 0.0, str), SIZES, np.random.default_rng(0), m_prob=1.5)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"algorithm": "gpo", "gpo_iters": 0}, "algorithm 'gpo' needs gpo_iters >= 1, got 0"),
+    ({"algorithm": "hybrid", "gpo_iters": 0}, "algorithm 'hybrid' needs gpo_iters >= 1, got 0"),
+    ({"algorithm": "gpo", "gpo_samples": 0}, "algorithm 'gpo' needs gpo_samples >= 1, got 0"),
+])
+def test_gpo_without_iterations_or_samples_is_refused(kw, needle):
+    # 0 iterations ran a search from the uniform initial coefficients and reported it as GPO's
+    from zoo.dpodiff.optimize import DPOSettings
+
+    with pytest.raises(ZooError, match=needle):
+        DPOSettings(**kw).check()
+    DPOSettings(algorithm="epo", gpo_iters=0).check()  # EPO alone does not run GPO

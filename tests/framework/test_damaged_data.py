@@ -500,6 +500,37 @@ def test_ts_random(tmp_path):
         UCRClassificationDataModule(source="local", train_path=str(bad), test_path=str(test)).setup("fit")
 
 
+@pytest.mark.parametrize("train, test, problem", [
+    ("1,2,3:a\n2,3,4:a\n", "1,2,3:a\n", "1 class label.s. .'a'.; classification needs cases of at least 2 classes"),
+    ("1,2,3:a\n2,3,4:b\n", "1,2,3:a\n", "val_fraction=0.9 of 2 training cases leaves none to train on"),
+])
+def test_ts_too_few_classes_or_cases(tmp_path, train, test, problem):
+    # one class trained a 1-way classifier (every case right); no training case left an empty training loader
+    from datamodules.timeseries import UCRClassificationDataModule
+
+    head = "@problemName X\n@classLabel true a b\n@data\n"
+    (tmp_path / "X_TRAIN.ts").write_text(head + train)
+    (tmp_path / "X_TEST.ts").write_text(head + test)
+    with pytest.raises(ZooError, match=problem):
+        UCRClassificationDataModule(source="local", train_path=str(tmp_path / "X_TRAIN.ts"),
+                                    test_path=str(tmp_path / "X_TEST.ts"), val_fraction=0.9).setup("fit")
+
+
+@pytest.mark.parametrize("suffix, rows, problem", [
+    (".txt", ["0.5"] * 5 + ["nan"] + ["0.5"] * 1994, "point 5 is nan .1 non-finite point"),  # a nan window
+    (".txt", ["0.5"] * 5 + ["inf"] + ["0.5"] * 1994, "point 5 is inf"),  # sklearn's traceback
+    (".out", ["0.5,0"] * 1000 + ["0.5,2"] * 1000, r"labels must be 0 or 1, found \[2.0\]"),  # 2000 anomalous points
+    (".out", ["0.5,0"] * 1000 + ["0.5,0.5"] * 1000, r"labels must be 0 or 1, found \[0.5\]"),  # read as 0
+])
+def test_ucr_anomaly_values_and_labels(tmp_path, suffix, rows, problem):
+    from datamodules.timeseries import UCRAnomalyDataModule
+
+    bad = tmp_path / f"001_UCR_Anomaly_Test_1000_1500_1550{suffix}"
+    bad.write_text("\n".join(rows) + "\n")
+    with pytest.raises(ZooError, match=f"{bad}: {problem}"):
+        UCRAnomalyDataModule(source="local", path=str(bad)).setup("fit")
+
+
 @pytest.mark.parametrize("how, problem", [("empty", "EmptyDataError"), ("random", "UnicodeDecodeError")])
 def test_ucr_anomaly_out(tmp_path, how, problem):
     from datamodules.timeseries import UCRAnomalyDataModule

@@ -219,6 +219,11 @@ def test_bad_datamodule_arguments():
         ETTh1DataModule(source="local")
     with pytest.raises(ZooError, match="batch_size must be at least 1"):
         UCRClassificationDataModule(source="embedded", batch_size=0)
+    # a stride of 0 was a ZeroDivisionError; a val_rows of 0 'gave no window of 512 steps' without naming val_rows
+    with pytest.raises(ZooError, match="stride and eval_stride must be >= 1 .*got 0, None"):
+        ETTh1DataModule(source="embedded", stride=0)
+    with pytest.raises(ZooError, match="train_rows, val_rows and test_rows must be positive, got 8640, 0, 2880"):
+        ETTh1DataModule(source="embedded", val_rows=0)
 
 
 def test_each_evaluation_stage_reads_its_family_split():

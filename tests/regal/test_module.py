@@ -161,3 +161,12 @@ def test_resume_after_one_tuple_gives_the_uninterrupted_codebank(tmp_path, scrip
     resumed, trainer = run(tmp_path / "b", tmp_path / "first.ckpt")
     assert trainer.global_step == 2 and [r["ids"] for r in resumed.reports] == [r["ids"] for r in whole.reports]
     assert resumed.bank.to_json() == whole.bank.to_json() and len(resumed._llms["refactorer"].prompts) == 1
+
+
+def test_zero_sandbox_workers_is_refused_before_the_fit():
+    # ReGAL's fit ran on (its programs reach the sandbox only once the LLM writes one that parses), CRUXEval's test
+    # failed at its first batch
+    from zoo.checks import check_init_args
+
+    with pytest.raises(ZooError, match="model.init_args.sandbox_workers = 0: sandbox limits must be positive"):
+        check_init_args({"sandbox_workers": 0}, {})

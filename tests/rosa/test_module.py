@@ -216,6 +216,11 @@ def test_bad_inputs_are_one_line_errors(tiny_llama, tmp_path):
         _module(tiny_llama, mask_grad_steps=0)
     with pytest.raises(ZooError, match="fisher_mode"):
         _module(tiny_llama, fisher_mode="max")
+    # a learning rate of 0 trained nothing without a word; max_new_tokens 0 failed in transformers' generate
+    with pytest.raises(ZooError, match="lora_lr must be positive, got 0"):
+        _module(tiny_llama, lora_lr=0)
+    with pytest.raises(ZooError, match="max_new_tokens must be positive, got 0"):
+        LoRABaselineModule(model="no-such/model", max_new_tokens=0)
     with pytest.raises(ZooError, match="stop_after_mask"):
         _module(tiny_llama, density=0.0, stop_after_mask=True)
     with pytest.raises(ZooError, match="needs 3"):  # the fit is shorter than the mask schedule

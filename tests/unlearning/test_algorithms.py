@@ -143,6 +143,8 @@ def test_unknown_method_is_an_error(tiny_config):
     ({"ta_lambda_grid": [1.0, -2.0]}, "lambda must be > 0"),
     ({"outlier_low": 0.6, "outlier_high": 0.15}, "outlier_low 0.6 is above outlier_high 0.15"),
     ({"betas": (0.9, 1.0)}, "betas must lie in"),
+    ({"lr": 0.0}, "lr must be > 0, got 0.0"),  # ran and unlearned nothing
+    ({"outlier_std": -1.0}, "outlier_std must be >= 0, got -1.0"),  # an inside-out outlier band
 ])
 def test_bad_settings_are_refused(tiny_config, kw, match):
     with pytest.raises(ZooError, match=match):

@@ -63,6 +63,20 @@ def _sub_state(state: dict[str, torch.Tensor], prefix: str, what: str) -> dict[s
     return sub
 
 
+_EVAL_SIZES = ("n_eval_batches", "eval_batch_size", "precision_k", "recall_k", "dcg_k", "rr_k", "true_top_k")
+
+
+def _check_sizes(module: L.LightningModule, *names: str) -> None:
+    """Layer widths, bins and metric cut-offs must be >= 1 (0 built an empty layer, or scored precision@0 without a
+    word); ``n_export`` >= 0 (0: none)."""
+    h = module.hparams
+    bad = [f"{n}={h[n]}" for n in names if h[n] is not None and h[n] < 1]
+    if bad:
+        raise ZooError(f"{type(module).__name__}: {', '.join(bad)} must be >= 1")
+    if h.get("n_export", 0) < 0:
+        raise ZooError(f"{type(module).__name__}: n_export={h.n_export} must be >= 0 (0: none)")
+
+
 def _datamodule(module: L.LightningModule):
     return attached_datamodule(module)
 
@@ -217,6 +231,7 @@ class BiasPredictorModule(HubMixin, L.LightningModule):
                  step_size: int = 10, gamma: float = 0.8):
         super().__init__()
         self.save_hyperparameters()
+        _check_sizes(self, "d", "hidden_dim", "feature_dim", "n_bins")
         self.predictor = BiasPredictor(d, hidden_dim, feature_dim, n_bins)
 
     def setup(self, stage: str) -> None:
@@ -360,6 +375,8 @@ class VAEModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
                  recall_k: int = 200, dcg_k: int = 20, rr_k: int = 5, true_top_k: int = 20, n_export: int = 50):
         super().__init__()
         self.save_hyperparameters()
+        _check_sizes(self, "d", "latent_dim", "hidden_dim", "predictor_hidden_dim", "predictor_feature_dim", "n_bins",
+                     *_EVAL_SIZES)
         self.encoder = Encoder(d, latent_dim, hidden_dim)
         self.decoder = Decoder(d, latent_dim, hidden_dim)
         self.predictor = BiasPredictor(d, predictor_hidden_dim, predictor_feature_dim, n_bins)
@@ -425,6 +442,8 @@ class BGGNModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
             raise ZooError(f"form must be paper or official, got {form!r}")
         if encoder_every < 1:
             raise ZooError(f"encoder_every must be >= 1, got {encoder_every}")
+        _check_sizes(self, "d", "latent_dim", "hidden_dim", "z_resample", "predictor_hidden_dim",
+                     "predictor_feature_dim", "n_bins", *_EVAL_SIZES)
         self.cfg = BGGNConfig(gen_batch_size, z_resample, mask_coef, bias_coef, neglog_coef, entropy_coef, baseline_local,
                               baseline_global, form)
         if self.cfg.k < 1:
@@ -534,6 +553,8 @@ class SearchTreeModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
                  rr_k: int = 5, true_top_k: int = 20, n_export: int = 50):
         super().__init__()
         self.save_hyperparameters()
+        _check_sizes(self, "d", "max_depth", "min_samples_leaf", "max_per_leaf", "predictor_hidden_dim",
+                     "predictor_feature_dim", "n_bins", *_EVAL_SIZES)
         self.predictor = BiasPredictor(d, predictor_hidden_dim, predictor_feature_dim, n_bins)
         self.automatic_optimization = False
 

@@ -83,6 +83,13 @@ class ByMIExperiment(HubMixin, L.LightningModule):
         self.save_hyperparameters()
         if model not in ("logistic", "location"):
             raise ZooError(f"unknown model {model!r}: choose 'logistic' or 'location'")
+        if not attacks or not methods:  # the run went through and reported nothing
+            raise ZooError(f"attacks and methods must each name at least one, got {list(attacks)} and {list(methods)}")
+        scales = {"const_f": const_f, "ood_s": ood_s, "ood_b": ood_b, "ood_s2": ood_s2, "grad_sig": grad_sig,
+                  "grad_b1": grad_b1, "ipm_c": ipm_c, "shift": shift, "zeno_rho": zeno_rho}
+        if not all(math.isfinite(v) for v in scales.values()):  # a nan shift attacked with nan gradients
+            raise ZooError(f"attack and method constants must be finite, got "
+                           f"{', '.join(f'{k}={v}' for k, v in scales.items() if not math.isfinite(v))}")
         for a in attacks:
             if a not in ATTACKS:
                 raise ZooError(f"unknown attack {a!r}; choose from {', '.join(ATTACKS)}")

@@ -32,7 +32,7 @@ class CRUXEvalScorer(EvalRecords, HubMixin, L.LightningModule):
         if mode not in ("output", "input"):
             raise ZooError(f"mode must be 'output' or 'input', got {mode!r}")
         self.ks = sorted(set(ks if ks is not None else [1, 5]))
-        if n_samples < 1 or any(k < 1 or k > n_samples for k in self.ks):
+        if not self.ks or n_samples < 1 or any(k < 1 or k > n_samples for k in self.ks):  # [] reported no pass@k
             raise ZooError(f"need 1 <= k <= n_samples for every k in ks={self.ks} (n_samples = {n_samples}, the "
                            "candidates per problem)")
         if compat not in ("strict", "official"):
@@ -131,6 +131,8 @@ class CRUXEvalModule(CRUXEvalScorer):
         self.setup_scoring(mode, ks, n_samples, compat)
         if temperature < 0 or not 0 < top_p <= 1:
             raise ZooError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        if max_new_tokens < 1:  # else transformers' ValueError at the first batch
+            raise ZooError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if tokenizer is None:
             if not isinstance(model, str):
                 raise ZooError("a config-dict model needs an explicit tokenizer (e.g. 'byt5')")

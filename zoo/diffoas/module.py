@@ -50,6 +50,11 @@ class NeuralOperatorModule(HubMixin, L.LightningModule):
     ):
         super().__init__()
         self.save_hyperparameters()
+        sizes = {"in_channels": in_channels, "grid_size": grid_size, "modes": modes, "width": width,
+                 "n_layers": n_layers, "deeponet_width": deeponet_width, "deeponet_depth": deeponet_depth}
+        if min(sizes.values()) < 1:  # modes=0 trained an FNO with no Fourier modes, without a word
+            raise ZooError(f"NeuralOperatorModule: sizes must be >= 1, got "
+                           f"{', '.join(f'{k}={v}' for k, v in sizes.items() if v < 1)}")
         if model == "fno":
             kw = dict(modes=modes, width=width, n_layers=n_layers, projection_ratio=projection_ratio,
                       domain_padding=domain_padding)
@@ -67,6 +72,10 @@ class NeuralOperatorModule(HubMixin, L.LightningModule):
         if dm is not None and getattr(dm, "in_channels", self.hparams.in_channels) != self.hparams.in_channels:
             raise ZooError(f"model in_channels={self.hparams.in_channels} but the {dm.hparams.problem} data have "
                            f"{dm.in_channels} input fields (coefficient channels + right-hand side)")
+        grid = dm.hparams.get("grid_size", self.hparams.grid_size) if dm is not None else self.hparams.grid_size
+        if grid != self.hparams.grid_size:  # else Lightning's hparams merge failed with a traceback
+            raise ZooError(f"model grid_size={self.hparams.grid_size} but the data's grid_size is {grid}: set both "
+                           "to the same value")
         if stage == "fit" and dm is not None and hasattr(dm, "normalization_stats"):
             self.set_normalization(dm.normalization_stats())
 

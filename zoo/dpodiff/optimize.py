@@ -64,6 +64,11 @@ class DPOSettings:
         if self.num_inference_steps < 1 or self.num_seeds < 1:
             raise ZooError(f"need num_inference_steps >= 1 and num_seeds >= 1, got {self.num_inference_steps}, "
                            f"{self.num_seeds}")
+        # 0 GPO iterations searched from the uniform initial coefficients, under the algorithm's name
+        if self.algorithm in ("gpo", "hybrid") and self.gpo_iters < 1:
+            raise ZooError(f"algorithm {self.algorithm!r} needs gpo_iters >= 1, got {self.gpo_iters}")
+        if self.algorithm == "gpo" and self.gpo_samples < 1:
+            raise ZooError(f"algorithm 'gpo' needs gpo_samples >= 1, got {self.gpo_samples}")
         for t in t_schedule(self.gpo_iters, self.t_start, self.t_repeat):
             check_t(t, self.num_inference_steps)
 

@@ -150,7 +150,7 @@ def read_ucr_anomaly(path: str | Path) -> AnomalySeries:
         df = pd.read_csv(path, header=None)
         if df.shape[1] != 2:
             raise ZooError(f"{path}: a TSB-UAD .out file has 2 columns (value,label), found {df.shape[1]}")
-        values, labels = df[0].to_numpy(np.float64), df[1].to_numpy().astype(int)
+        values, labels = df[0].to_numpy(np.float64), df[1].to_numpy(np.float64)
     else:
         try:
             values = np.array(path.read_text().split(), dtype=np.float64)
@@ -158,9 +158,14 @@ def read_ucr_anomaly(path: str | Path) -> AnomalySeries:
             raise ZooError(f"{path}: not whitespace-separated numbers ({e})") from e
         labels = np.zeros(values.size, dtype=int)
         labels[begin:end] = 1
+    if not np.isfinite(values).all():  # a nan read as a number was scaled into a nan window, an inf hit the scaler
+        i = int(np.flatnonzero(~np.isfinite(values))[0])
+        raise ZooError(f"{path}: point {i} is {values[i]} ({int((~np.isfinite(values)).sum())} non-finite point(s))")
+    if not np.isin(labels, (0, 1)).all():
+        raise ZooError(f"{path}: labels must be 0 or 1, found {sorted(set(np.unique(labels).tolist()) - {0, 1})[:5]}")
     if not 0 < train_end < values.size or not begin < end <= values.size:
         raise ZooError(f"{path.name}: train end {train_end} / anomaly [{begin}, {end}) do not fit {values.size} points")
-    return AnomalySeries(m.group(2), values, labels, train_end)
+    return AnomalySeries(m.group(2), values, labels.astype(int), train_end)
 
 
 def read_kdd_tsad_csv(folder: str | Path, name: str) -> AnomalySeries:

@@ -61,6 +61,14 @@ ADAPTER_KEYS = ("lora_A", "lora_B", "sparse_values", "sparse_index", "sparse_rea
 MASK_FILE = "rosa_mask.safetensors"  # written into the run directory by a fit that generates the mask
 
 
+def check_positive(**values: float) -> None:
+    """Learning rates and the generation budget: a rate of 0 trained nothing without a word, max_new_tokens 0 failed
+    inside transformers' generate at the first evaluation."""
+    for name, v in values.items():
+        if not v > 0:
+            raise ZooError(f"{name} must be positive, got {v}")
+
+
 class CausalLMFinetune(HubMixin, L.LightningModule):
     """Shared training/evaluation of an adapted causal LM; subclasses build `self.model` and name param groups."""
 
@@ -243,6 +251,7 @@ class RoSAModule(CausalLMFinetune):
         """
         super().__init__()
         self.save_hyperparameters()
+        check_positive(lr=lr, lora_lr=lora_lr, max_new_tokens=max_new_tokens)
         check_density(density)
         check_sddmm_kernel(sddmm)
         if r == 0 and density == 0:
@@ -482,6 +491,7 @@ class LoRABaselineModule(CausalLMFinetune):
         self.save_hyperparameters()
         if r <= 0:
             raise ZooError(f"LoRA rank r must be positive, got {r}")
+        check_positive(lora_lr=lora_lr, max_new_tokens=max_new_tokens)
         from peft import LoraConfig, get_peft_model
 
         base = build_causal_lm(model, torch_dtype=torch_dtype)
@@ -538,8 +548,7 @@ class FullFinetuneModule(CausalLMFinetune):
         """
         super().__init__()
         self.save_hyperparameters()
-        if lr <= 0:
-            raise ZooError(f"lr must be positive, got {lr}")
+        check_positive(lr=lr, max_new_tokens=max_new_tokens)
         self.model = build_causal_lm(model, torch_dtype=torch_dtype)
         self._init_common(model, tokenizer)
 

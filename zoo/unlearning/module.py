@@ -180,6 +180,8 @@ class MemorizeModule(_CausalLMStage):
             raise ZooError(f"Adam betas must lie in [0, 1), got {tuple(betas)}")
         if lr <= 0:
             raise ZooError(f"lr must be > 0, got {lr}")
+        if outlier_std < 0:  # the band mean -/+ outlier_std std turned inside out
+            raise ZooError(f"outlier_std must be >= 0, got {outlier_std}")
         self._build_lm(model, torch_dtype, model_kwargs)
         self._levels: tuple[Any, dict[str, float]] | None = None
 
@@ -304,6 +306,10 @@ class UnlearningModule(_CausalLMStage):
             raise ZooError(f"task-arithmetic lambda must be > 0 (it scales the subtracted task vector), got {lams}")
         if outlier_low is not None and outlier_high is not None and outlier_low > outlier_high:
             raise ZooError(f"outlier_low {outlier_low} is above outlier_high {outlier_high}")
+        if outlier_std < 0:
+            raise ZooError(f"outlier_std must be >= 0, got {outlier_std}")
+        if lr <= 0:  # the run went through and unlearned nothing
+            raise ZooError(f"lr must be > 0, got {lr}")
         if not all(0 <= b < 1 for b in betas):
             raise ZooError(f"Adam betas must lie in [0, 1), got {tuple(betas)}")
         self._build_lm(model, torch_dtype, model_kwargs)
