@@ -133,6 +133,10 @@ def test_bad_epo_settings_are_refused():
     ({"algorithm": "gpo", "gpo_iters": 0}, "algorithm 'gpo' needs gpo_iters >= 1, got 0"),
     ({"algorithm": "hybrid", "gpo_iters": 0}, "algorithm 'hybrid' needs gpo_iters >= 1, got 0"),
     ({"algorithm": "gpo", "gpo_samples": 0}, "algorithm 'gpo' needs gpo_samples >= 1, got 0"),
+    # the update's and EPO's own checks, made before the first prompt instead of at its first search
+    ({"algorithm": "hybrid", "coeff_min": 4.0}, r"bad GPO update: .*clamp=\[4.0, 3.0\]"),
+    ({"algorithm": "epo", "epo_m_prob": 1.5}, "bad EPO settings: .*m_prob=1.5"),
+    ({"algorithm": "hybrid", "epo_select": 0}, "bad EPO settings: .*select=0"),
 ])
 def test_gpo_without_iterations_or_samples_is_refused(kw, needle):
     # 0 iterations ran a search from the uniform initial coefficients and reported it as GPO's

@@ -20,11 +20,15 @@ def t_schedule(num_iters: int = 20, start: int = 15, repeat: int = 2) -> list[in
     return [start + i // repeat for i in range(num_iters)]
 
 
+def check_gpo_update(lr: float, grad_clip: float, coeff_min: float, coeff_max: float) -> None:
+    if grad_clip <= 0 or coeff_min > coeff_max or lr <= 0:
+        raise ZooError(f"bad GPO update: lr={lr}, grad_clip={grad_clip}, clamp=[{coeff_min}, {coeff_max}]")
+
+
 class GPOUpdate:
     def __init__(self, log_coeffs: Sequence[torch.Tensor], lr: float = 0.1, momentum: float = 0.5,
                  grad_clip: float = 0.025, coeff_min: float = 0.0, coeff_max: float = 3.0):
-        if grad_clip <= 0 or coeff_min > coeff_max or lr <= 0:
-            raise ZooError(f"bad GPO update: lr={lr}, grad_clip={grad_clip}, clamp=[{coeff_min}, {coeff_max}]")
+        check_gpo_update(lr, grad_clip, coeff_min, coeff_max)
         self.params = list(log_coeffs)
         self.grad_clip, self.lo, self.hi = grad_clip, coeff_min, coeff_max
         self.opt = torch.optim.RMSprop(self.params, lr=lr, momentum=momentum, alpha=0.99, eps=1e-8)

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 from zoo.dpodiff.loss import clip_loss, clip_text_features
-from zoo.dpodiff.optim import GPOUpdate, t_schedule
+from zoo.dpodiff.optim import GPOUpdate, check_gpo_update, t_schedule
 from zoo.dpodiff.relax import encode_inputs_embeds, init_log_coeffs, relaxed_inputs_embeds, token_embedding_matrix
 from zoo.dpodiff.sampler import check_t, estimation_loss, generate, text_embeds
-from zoo.dpodiff.search import (Evaluator, epo, first_argmax_then_gumbel, gpo, mixed_init, random_search,
-                                sample_and_evaluate)
+from zoo.dpodiff.search import (Evaluator, check_epo, epo, first_argmax_then_gumbel, gpo, mixed_init,
+                                random_search, sample_and_evaluate)
 from zoo.dpodiff.spaces import NoCandidates, SearchSpace, Slot
 from zoo.errors import ZooError
 
@@ -71,6 +71,12 @@ class DPOSettings:
             raise ZooError(f"algorithm 'gpo' needs gpo_samples >= 1, got {self.gpo_samples}")
         for t in t_schedule(self.gpo_iters, self.t_start, self.t_repeat):
             check_t(t, self.num_inference_steps)
+        # the GPO and EPO settings are checked where they are used too; here they fail before the first prompt
+        if self.algorithm in ("gpo", "hybrid"):
+            check_gpo_update(self.lr, self.grad_clip, self.coeff_min, self.coeff_max)
+        if self.algorithm in ("epo", "hybrid"):
+            check_epo(self.epo_population, self.epo_select, self.epo_crossover, self.epo_mutation, self.epo_m_prob,
+                      self.epo_budget if self.epo_budget is not None else 1)
 
 
 def constrained_space(space: SearchSpace, similarity, threshold: float) -> SearchSpace:

@@ -111,6 +111,12 @@ def sample_and_evaluate(evaluator: Evaluator, log_coeffs: Sequence[torch.Tensor]
 
 
 # -- EPO -----------------------------------------------------------------------------------------------------------
+def check_epo(population: int, select: int, crossover: int, mutation: int, m_prob: float, budget: int) -> None:
+    if min(population, select, budget) < 1 or crossover < 0 or mutation < 0 or not 0 <= m_prob <= 1:
+        raise ZooError(f"bad EPO settings: population={population}, select={select}, crossover={crossover}, "
+                       f"mutation={mutation}, m_prob={m_prob}, budget={budget}")
+
+
 def epo(evaluator: Evaluator, sizes: Sequence[int], rng: np.random.Generator, population: int = 20, select: int = 10,
         crossover: int = 10, mutation: int = 10, m_prob: float = 0.1, budget: int = 40,
         init: Optional[Callable[[], Choice]] = None) -> None:
@@ -122,9 +128,7 @@ def epo(evaluator: Evaluator, sizes: Sequence[int], rng: np.random.Generator, po
     `budget` new candidates have been scored. As in the official code the budget is checked after the mutations
     of a round, so a round may overshoot it by its crossovers. Each operator tries 10× its count before giving
     up (a small space runs out of new candidates)."""
-    if min(population, select, budget) < 1 or crossover < 0 or mutation < 0 or not 0 <= m_prob <= 1:
-        raise ZooError(f"bad EPO settings: population={population}, select={select}, crossover={crossover}, "
-                       f"mutation={mutation}, m_prob={m_prob}, budget={budget}")
+    check_epo(population, select, crossover, mutation, m_prob, budget)
     sizes = [int(s) for s in sizes]
     start = evaluator.evaluations
     uniform = lambda: tuple(int(rng.integers(s)) for s in sizes)
