@@ -288,3 +288,69 @@ def test_results_cannot_smuggle_objects(sandbox):
     v = sandbox.run("pass", result="'x' * (1 << 21)")
     assert v.status == "output_limit"
     assert json.dumps(sandbox.isolation)  # the isolation report stays plain data
+
+
+# -- 7. red team: what one sample could learn of its batch, fake about the harness, or reach past the netns ----
+
+SNOOP = """import gc, sys
+token, found, seen, todo = ''.join(['ZOO', 'SECRET']), [], set(), []
+gc.unfreeze()  # the zygote's objects are in the permanent generation
+todo += [o for o in gc.get_objects() if isinstance(o, (list, tuple, dict))]
+f = sys._getframe()
+while f is not None:  # the callers' frames first (the end of the list)
+    todo.append(dict(f.f_locals))
+    f = f.f_back
+while todo and len(seen) < 300000:
+    x = todo.pop()
+    if isinstance(x, str):
+        if token in x and x is not token:
+            found.append(x[:40])
+    elif isinstance(x, (list, tuple, dict)) and id(x) not in seen:
+        seen.add(id(x))
+        todo += [*x.keys(), *x.values()] if isinstance(x, dict) else x
+print(found)
+"""
+
+
+def test_a_sample_cannot_read_the_other_jobs_of_its_batch():
+    # one batch holds other programs' code, their result expressions (in CRUXEval scoring: a trusted check
+    # `(gold output) == (answer)`) and the earlier programs' verdicts; the zygote held them all in the frames
+    # a sample's code can walk (sys._getframe().f_back...) and in gc.get_objects()
+    with Sandbox(workers=1, **LIMITS) as sb:  # 12 programs on one worker: batches of 3, the snoop in the middle
+        out = sb.map(["print('ZOOSECRET-out')", SNOOP, "x = 1"] * 4, result=[None, None, "'ZOOSECRET-gold'"] * 4)
+    assert all(v.passed for v in out), [v.reason for v in out]
+    assert [v.stdout for v in out[1::3]] == ["[]\n"] * 4
+    assert [v.value for v in out[2::3]] == ["ZOOSECRET-gold"] * 4
+
+
+def test_a_program_cannot_pass_itself_off_as_a_harness_failure():
+    # `worker_error` means "the harness failed, not the program": the pool retires the worker and reruns
+    # the program on a fresh one. A program that wrote the harness's setup-failure report itself got exactly
+    # that (two worker restarts per program, and a verdict blaming the sandbox).
+    with Sandbox(workers=1, **LIMITS) as sb:
+        v = sb.run("import os\nos.write(3, b'setup\\nRuntimeError()')\nos._exit(0)")
+        assert v.status == "exited", (v.status, v.reason)
+        v = sb.run("import os\nos.write(3, b'-setup\\nRuntimeError()')")  # the new marker, written too late
+        assert v.status == "exited", (v.status, v.reason)
+        assert sb.restarts == 0
+
+
+def test_only_internet_sockets_which_the_network_namespace_contains():
+    # vsock (to the hypervisor of a VM) and other families are not confined by the network namespace
+    with Sandbox(workers=1, **LIMITS) as sb:
+        if not sb.isolation.get("seccomp"):
+            pytest.skip(f"no syscall filter here: {sb.isolation.get('notes')}")
+        v = sb.run("import socket\nfor family, kind in ((40, 1), (16, 3), (17, 3), (38, 5)):  # vsock, netlink, "
+                   "packet, alg\n    try:\n        socket.socket(family, kind).close()\n        print(family)\n"
+                   "    except OSError:\n        pass\nsocket.socket(socket.AF_INET).close()\n"
+                   "socket.socket(socket.AF_INET6).close()")
+    assert v.passed and v.stdout == "", (v.status, v.reason, v.stdout)
+
+
+def test_no_watching_the_hosts_files():
+    # inotify on the read-only system directories reported the host's (and other samples') file accesses
+    with Sandbox(workers=1, **LIMITS) as sb:
+        if not sb.isolation.get("seccomp"):
+            pytest.skip(f"no syscall filter here: {sb.isolation.get('notes')}")
+        v = sb.run("import ctypes\nlibc = ctypes.CDLL(None)\nprint(libc.inotify_init1(0), libc.fanotify_init(0, 0))")
+    assert v.passed and v.stdout == "-1 -1\n", (v.status, v.reason, v.stdout)

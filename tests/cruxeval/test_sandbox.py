@@ -21,7 +21,7 @@ HOSTILE = {
     "subprocess": ("import subprocess\nsubprocess.run(['true'])", {"error"}),
     "thread": ("import threading\nthreading.Thread(target=print).start()", {"error"}),
     "memory_bomb": ("x = bytearray(2 * 1024 ** 3)", {"error"}),
-    "memory_creep": ("x = []\nwhile True:\n    x.append(' ' * 10 ** 6)", {"error", "killed", "timeout"}),
+    "memory_creep": ("x = []\nwhile True:\n    x.append(' ' * 10 ** 6)", {"error", "killed", "timeout", "cpu_limit"}),
     "recursion_bomb": ("def r(n):\n    return r(n + 1)\nr(0)", {"error"}),
     "deep_recursion": ("import sys\nsys.setrecursionlimit(10 ** 8)\ndef r(n):\n    return r(n + 1) + 1\nr(0)",
                        {"killed", "cpu_limit", "error", "timeout"}),

@@ -39,7 +39,8 @@ wall clock, output           SIGKILL after ``wall_timeout``; stdout+stderr and t
 processes and threads        RLIMIT_NPROC = 0, counted in the worker's own user namespace (independent of
                              other sandboxes on the machine); seccomp refuses fork/vfork/clone3 too
                              (clone itself stays open: the zygote forks every sample)
-network                      own network namespace (only a down loopback): no TCP/UDP to anything
+network                      own network namespace (only a down loopback): no TCP/UDP to anything; seccomp
+                             allows only AF_INET/AF_INET6 sockets (vsock, netlink, ... are not namespaced)
 Unix sockets                 fresh root (no host socket paths visible) and seccomp: ``socket(AF_UNIX)`` and
                              ``socketpair`` fail; abstract sockets are per network namespace
 IPC between samples/host     own IPC namespace per worker; SysV shm/sem/msg and POSIX mqueues denied
@@ -51,21 +52,28 @@ other processes              own PID namespace; /proc and /sys absent; the zygot
                              processes are denied
 privileges                   no capabilities (so no mounts), no_new_privs (setuid binaries gain nothing),
                              no new namespaces, keyrings, bpf, perf, userfaultfd or io_uring
-environment                  minimal environment, no inherited file descriptors
+environment                  minimal environment, no inherited file descriptors; the batch a sample came in
+                             (other programs, their results) emptied from its copy of the zygote's objects
+                             (not from raw memory: see below); no inotify/fanotify on the visible trees
 ===========================  ===============================================================================
 
-Not contained: a sample reads the world-readable files of the visible system directories (/usr, /etc:
-e.g. /etc/passwd) and of the Python installation including its site-packages; the project's own source,
-data and home directories are *not* visible (unless the interpreter lives inside them: then that
-installation directory, read-only). It shares the host kernel (seccomp narrows, but does not remove, the
-kernel attack surface) and can spend its CPU/memory limits. Without user namespaces, as root, the sample
-runs as the host's ``nobody`` (per-user kernel counters then shared with other ``nobody`` processes;
-RLIMIT_NPROC still stops forks, set after the uid switch so exec keeps working). Without namespaces at all
-(a container that forbids ``unshare``, or ``isolate=False``) the sandbox falls back to rlimits + seccomp +
-process-group kill + clean environment + private scratch directory and says so in :attr:`Sandbox.isolation`:
-network, the filesystem (beyond file permissions) and, when not root, signals to the same user's
-processes are then *not* contained. Seccomp needs x86_64 or aarch64 (else ``isolation["seccomp"]`` is False
-and per-sample IPC namespaces stand in for the IPC rules). Only Linux is supported.
+Not contained: a sample reads the world-readable files of the visible system directories (/usr, /etc: e.g.
+/etc/passwd) and of the Python installation including its site-packages; the project's own source, data and
+home directories are *not* visible (unless the interpreter lives inside them: then that installation
+directory, read-only). It shares the host kernel (seccomp narrows, but does not remove, the kernel attack
+surface) and can spend its CPU/memory limits. A sample that reads its own raw memory (ctypes) finds freed
+remnants of the zygote's earlier traffic: other programs' code, results and output. The parent parses a result
+of up to ``max_value_bytes`` (1 MiB) with :func:`ast.literal_eval`: one built to be expensive (a megabyte of
+nested empty lists, or a set of integers with colliding hashes) can cost the parent hundreds of megabytes or
+seconds of CPU per result; lower ``max_value_bytes`` where results are small. Without user namespaces, as
+root, the sample runs as the host's ``nobody`` (per-user kernel counters then shared with other ``nobody``
+processes; RLIMIT_NPROC still stops forks, set after the uid switch so exec keeps working). Without namespaces
+at all (a container that forbids ``unshare``, or ``isolate=False``) the sandbox falls back to rlimits +
+seccomp + process-group kill + clean environment + private scratch directory and says so in
+:attr:`Sandbox.isolation`: network, the filesystem (beyond file permissions) and, when not root, signals to
+the same user's processes are then *not* contained. Seccomp needs x86_64 or aarch64 (else
+``isolation["seccomp"]`` is False and per-sample IPC namespaces stand in for the IPC rules). Only Linux is
+supported.
 """
 
 from __future__ import annotations

@@ -117,6 +117,9 @@ SECCOMP_DENY = {
     "perf_event_open": (errno.EPERM, 298, 241), "userfaultfd": (errno.EPERM, 323, 282),
     "keyctl": (errno.EPERM, 250, 219), "add_key": (errno.EPERM, 248, 217), "request_key": (errno.EPERM, 249, 218),
     "personality": (errno.EPERM, 135, 92),
+    # watching the read-only system directories would report the host's and other samples' file accesses
+    "inotify_init": (errno.EPERM, 253, None), "inotify_init1": (errno.EPERM, 294, 26),
+    "fanotify_init": (errno.EPERM, 300, 262),
 }
 # Rules on the first argument (a pid): (x86_64 nr, aarch64 nr, value, refuse when equal / refuse unless equal).
 # The zygote may run as the sample's own uid (sandbox not started as root): no changing other processes'
@@ -125,6 +128,9 @@ SECCOMP_DENY = {
 SECCOMP_ARG0 = {"prlimit64": (302, 261, 0, False), "sched_setaffinity": (203, 122, 0, False),
                 "kill": (62, 129, 1, True), "tkill": (200, 130, 1, True), "tgkill": (234, 131, 1, True)}
 SOCKET_NR = (41, 198)
+# The only socket families a sample may open: those the network namespace contains. Not AF_UNIX (host socket
+# paths, abstract names), AF_VSOCK (the hypervisor of a VM, outside every network namespace), netlink, ...
+SOCKET_FAMILIES = (2, 10)  # AF_INET, AF_INET6
 
 
 def _libc():
@@ -187,7 +193,8 @@ def _seccomp_program():
     for *nrs, value, refuse_equal in SECCOMP_ARG0.values():  # nr matches: load the pid argument, compare
         prog += [(jeq, 0, 4, nrs[col]), (ld, 0, 0, 16), (jeq, 0, 1, value) if refuse_equal else (jeq, 1, 0, value),
                  (ret, 0, 0, err | errno.EPERM), (ret, 0, 0, allow)]
-    prog += [(jeq, 0, 3, SOCKET_NR[col]), (ld, 0, 0, 16), (jeq, 0, 1, 1),  # socket(AF_UNIX = 1, ...)
+    prog += [(jeq, 0, 4, SOCKET_NR[col]), (ld, 0, 0, 16),  # socket(family, ...): families in SOCKET_FAMILIES
+             (jeq, 2, 0, SOCKET_FAMILIES[0]), (jeq, 1, 0, SOCKET_FAMILIES[1]),
              (ret, 0, 0, err | errno.EACCES), (ret, 0, 0, allow)]
     return _sock_fprog(prog)
 
@@ -255,6 +262,7 @@ class _WorkerState:
     scratch: tuple[str, ...] = ()
     fresh_root = False
     baseline: dict = {}
+    batch: tuple = ()  # the current batch's jobs and verdicts: emptied in each child (other programs' data)
 
 
 def _write_id_maps(pid: int, root: bool) -> None:
@@ -470,6 +478,8 @@ def _child(code: str, result: str | None, lim: dict, w: _WorkerState, libc, out_
     """Runs in the forked child; never returns. Everything it needs was imported and set up by the zygote
     (signals, environment, stdio objects, scratch cwd), so the per-sample work is a few syscalls."""
     report = rep_w
+    for held in w.batch:  # the forked copy of the batch (other programs, their results): out of the sample's
+        held.clear()      # reach (frames, gc.get_objects()); cleared in this child only
     try:
         os.setsid()
         if not w.pid_namespace:
@@ -492,8 +502,9 @@ def _child(code: str, result: str | None, lim: dict, w: _WorkerState, libc, out_
             _drop_capabilities(libc)
         if w.no_clone is not None:
             _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, w.no_clone._keep[1], 0, 0), "seccomp")
+        os.write(report, b"+")  # the report's first byte is the harness's: setup done ("-": failed)
     except BaseException as e:  # setup failure: report it, never run the code uncontained
-        os.write(report, b"setup\n" + repr(e).encode("utf-8", "backslashreplace"))
+        os.write(report, b"-" + repr(e).encode("utf-8", "backslashreplace"))
         os._exit(70)
     status, payload = b"ok", b""
     try:
@@ -607,7 +618,8 @@ def _run_one(code: str, result: str | None, lim: dict, w: _WorkerState, libc) ->
     stderr = bytes(bufs[err_fd][:cap]).decode("utf-8", "replace")
     exit_code = os.WEXITSTATUS(status_wait) if os.WIFEXITED(status_wait) else None
     sig = os.WTERMSIG(status_wait) if os.WIFSIGNALED(status_wait) else None
-    word, _, payload = bytes(bufs[rep_fd]).partition(b"\n")
+    setup, report = bytes(bufs[rep_fd][:1]), bytes(bufs[rep_fd][1:])
+    word, _, payload = report.partition(b"\n")
     text = payload.decode("utf-8", "replace")
     value_repr = None
     if killed_for == "timeout":
@@ -620,8 +632,8 @@ def _run_one(code: str, result: str | None, lim: dict, w: _WorkerState, libc) ->
         res = ("cpu_limit", f"CPU time limit of {lim['cpu_seconds']:g} s")  # hard RLIMIT_CPU: SIGKILL 1 s later
     elif sig is not None:
         res = ("killed", f"killed by signal {signal.Signals(sig).name}")
-    elif word == b"setup":
-        res = ("worker_error", f"sandbox setup failed: {text}")
+    elif setup == b"-":  # written before the program ran: the program cannot fake a harness failure
+        res = ("worker_error", f"sandbox setup failed: {report.decode('utf-8', 'replace')}")
     elif word == b"ok" and exit_code == 0:
         res = ("passed", "")
         value_repr = text if result is not None else None
@@ -763,6 +775,7 @@ def _zygote(config: str) -> None:
         if msg is None:
             break
         verdicts, broken = [], None
+        w.batch = (msg["jobs"], verdicts)
         for code, result in msg["jobs"]:
             if broken is not None:
                 verdicts.append(dict(passed=False, status="not_run", reason=broken))
