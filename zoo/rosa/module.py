@@ -380,12 +380,34 @@ class RoSAModule(CausalLMFinetune):
             self.fisher = FisherCollector(self.model, self.layers, self.hparams.fisher_mode).open()
             self._collect_until = self.trainer.global_step + self.hparams.mask_grad_steps
 
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        if self.fisher is None:
-            return
-        self.fisher.end_microbatch()  # this micro-batch's backward (run by Lightning) is done
-        if self.trainer.global_step >= self._collect_until:  # the last collection step has been taken
+    # The collection is folded and the mask made in hooks that run before the callbacks' `on_train_batch_end`, where
+    # `last.ckpt` is written every N steps: a checkpoint of the last collection step holds the mask, and one inside a
+    # collection of several steps holds its sums (`on_save_checkpoint`), so a resumed fit makes the uninterrupted
+    # run's mask (made in the module's `on_train_batch_end`, a step checkpoint had neither, and the resumed fit
+    # collected the Fisher again over later micro-batches).
+    def on_after_backward(self) -> None:
+        if self.fisher is not None:
+            self.fisher.end_microbatch()  # this micro-batch's backward (run by Lightning) is done
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # Lightning counts the step after this hook: global_step + 1 steps have been taken
+        if self.fisher is not None and self.trainer.global_step + 1 >= self._collect_until:
             self.finish_mask()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        if self.fisher is not None:  # saved between optimizer steps: every micro-batch so far is folded
+            checkpoint["rosa_fisher"] = {"total": dict(self.fisher.total), "count": self.fisher.count,
+                                         "collect_until": self._collect_until}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        saved = checkpoint.get("rosa_fisher")
+        if saved is not None:  # reopened when the resumed fit starts training (`on_train_start`)
+            self.fisher = FisherCollector(self.model, self.layers, self.hparams.fisher_mode)
+            self.fisher.total = {n: t.to(self.device) for n, t in saved["total"].items()}
+            self.fisher.count, self._collect_until = int(saved["count"]), int(saved["collect_until"])
 
     def on_train_end(self) -> None:
         if self.fisher is not None:  # stopped before the collection ended (e.g. interrupted): drop the hooks
@@ -419,6 +441,12 @@ class RoSAModule(CausalLMFinetune):
             self.trainer.should_stop = True
 
     def on_train_start(self) -> None:
+        if self.fisher is not None:  # a collection restored from a checkpoint (`on_load_checkpoint`)
+            self.fisher.total = {n: t.to(self.device) for n, t in self.fisher.total.items()}
+            self.fisher.open()
+        hp = self.hparams
+        if hp.stop_after_mask and hp.mask_path is None and hp.density > 0 and self.has_mask:
+            self.trainer.should_stop = True  # resumed after this fit made its mask: the mask stage is over
         n_lora = sum(p.numel() for p in self.lora_parameters())
         n_sparse = sum(layer.nnz for layer in self.layers.values())
         rank_zero_info(f"RoSA: {len(self.layers)} adapted layers, {n_lora:,} LoRA + {n_sparse:,} sparse parameters")
