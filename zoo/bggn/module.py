@@ -77,9 +77,6 @@ def _check_sizes(module: L.LightningModule, *names: str) -> None:
         raise ZooError(f"{type(module).__name__}: n_export={h.n_export} must be >= 0 (0: none)")
 
 
-def _datamodule(module: L.LightningModule):
-    return attached_datamodule(module)
-
 
 def _run_dir(module: L.LightningModule) -> Path:
     return Path(getattr(attached_trainer(module), "default_root_dir", "."))
@@ -138,7 +135,7 @@ class BiasClassifierModule(HubMixin, L.LightningModule):
     def setup(self, stage: str) -> None:
         # the MLP's input width is a setting; the data's (DistilBERT's 768, or the benchmark's feature_dim) would
         # otherwise only meet it as a shape error in the first step
-        width = getattr(_datamodule(self), "feature_width", None)
+        width = getattr(attached_datamodule(self), "feature_width", None)
         if self.hparams.backbone == "mlp" and width is not None and width != self.hparams.in_dim:
             raise ZooError(f"model in_dim={self.hparams.in_dim} but the data's features are {width} wide: pass "
                            f"--model.init_args.in_dim {width}")
@@ -176,7 +173,7 @@ class BiasClassifierModule(HubMixin, L.LightningModule):
     def on_test_epoch_end(self):
         loss, a = torch.cat(self._losses), torch.cat(self._attrs)
         combos, bias, count = group_bias(loss, a)
-        dm = _datamodule(self)
+        dm = attached_datamodule(self)
         names = list(getattr(dm, "names", None) or [f"s{j}" for j in range(a.shape[1])])
         if self.trainer.is_global_zero:
             path = _run_dir(self) / BIAS_TABLE
@@ -235,7 +232,7 @@ class BiasPredictorModule(HubMixin, L.LightningModule):
         self.predictor = BiasPredictor(d, hidden_dim, feature_dim, n_bins)
 
     def setup(self, stage: str) -> None:
-        dm = _datamodule(self)
+        dm = attached_datamodule(self)
         if dm is not None and getattr(dm, "names", None) and len(dm.names) != self.hparams.d:
             raise ZooError(f"model d={self.hparams.d} but the data have {len(dm.names)} sensitive attributes")
 
@@ -328,7 +325,7 @@ class _GeneratorEvaluation:
             self._export(uniq, pred, a_table, bias, seen)
 
     def _export(self, uniq, pred, a_table, bias, seen) -> None:
-        dm = _datamodule(self)
+        dm = attached_datamodule(self)
         d = a_table.shape[1]
         names = list(getattr(dm, "names", None) or [f"s{j}" for j in range(d)])
         index = {int(c): i for i, c in enumerate(codes(a_table).cpu())}
@@ -382,7 +379,7 @@ class VAEModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
         self.predictor = BiasPredictor(d, predictor_hidden_dim, predictor_feature_dim, n_bins)
 
     def setup(self, stage: str) -> None:
-        dm = _datamodule(self)
+        dm = attached_datamodule(self)
         if dm is not None and getattr(dm, "names", None) and len(dm.names) != self.hparams.d:
             raise ZooError(f"model d={self.hparams.d} but the data have {len(dm.names)} sensitive attributes")
         if stage == "fit":
@@ -458,7 +455,7 @@ class BGGNModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
 
     def setup(self, stage: str) -> None:
         h = self.hparams
-        dm = _datamodule(self)
+        dm = attached_datamodule(self)
         if dm is not None and getattr(dm, "names", None) and len(dm.names) != h.d:
             raise ZooError(f"model d={h.d} but the data have {len(dm.names)} sensitive attributes")
         if stage != "fit":
@@ -577,7 +574,7 @@ class SearchTreeModule(_GeneratorEvaluation, HubMixin, L.LightningModule):
         return torch.as_tensor(a, dtype=torch.long).to(self.device)
 
     def test_step(self, batch, batch_idx):
-        dm = _datamodule(self)
+        dm = attached_datamodule(self)
         if dm is None or getattr(dm, "table", None) is None:
             raise ZooError("SearchTreeModule needs a BiasTableDataModule (it fits the tree on the seen combinations)")
         self._table = dm.table

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import mse_loss
 
+from zoo.attached import attached_datamodule
 from zoo.errors import ZooError
 from zoo.gentle.module import ConditionalGeneratorModule
 from zoo.gentle.nets import MLPM
@@ -92,7 +93,7 @@ class MGANModule(ConditionalGeneratorModule):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         if stage == "fit" and dm is not None:
             # the covariates of every training row (standardised): the x-marginal the generator's x̃ are drawn from
             x_distinct, y_groups = dm.train_groups()

@@ -56,11 +56,8 @@ class ConditionalGeneratorModule(HubMixin, L.LightningModule):
         self.register_buffer("standardised", torch.zeros((), dtype=torch.bool))
 
     # --------------------------------------------------------------------------------------- data hooks
-    def _datamodule(self):
-        return attached_datamodule(self)
-
     def setup(self, stage: str) -> None:
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         if dm is None:
             return
         if getattr(dm, "x_dim", self.hparams.x_dim) != self.hparams.x_dim:
@@ -214,7 +211,7 @@ class GENTLEModule(ConditionalGeneratorModule):
     # --------------------------------------------------------------------------------------- training tables
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         if stage == "fit" and dm is not None:
             self.build_tables(*dm.train_groups(), order=dm.train_appearance_order())
 
@@ -480,7 +477,7 @@ class PooledMarginalModule(_StoringBaseline):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         if stage == "fit" and dm is not None:
             self.pooled_y = torch.as_tensor(dm.train_y(), dtype=torch.float32, device=self.device)
 
@@ -520,7 +517,7 @@ class NearestNeighboursModule(_StoringBaseline):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         if stage == "fit" and dm is not None:
             x_distinct, y_groups = dm.train_groups()
             self._check_k(len(x_distinct))

@@ -106,8 +106,6 @@ class _MOMENTModule(HubMixin, L.LightningModule):
     def card_metadata(self) -> dict:
         return {"tags": ["moment", "time-series", *self.tags], "base_model": self.base_model}
 
-    def _datamodule(self):
-        return attached_datamodule(self)
 
 
 def _freeze(model: MOMENT, embedder: bool, encoder: bool, head: bool) -> None:
@@ -158,7 +156,7 @@ class MOMENTForecastingModule(_MOMENTModule):
         _freeze(self.model, freeze_embedder, freeze_encoder, False)
 
     def setup(self, stage: str) -> None:
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         h = getattr(getattr(dm, "hparams", None), "forecast_horizon", None)
         if h is not None and getattr(dm.hparams, "task", "forecasting") == "forecasting" \
                 and h != self.hparams.forecast_horizon:
@@ -398,7 +396,7 @@ class MOMENTClassificationModule(_MOMENTModule):
         _freeze(self.model, freeze_embedder, freeze_encoder, False)
 
     def setup(self, stage: str) -> None:
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         if dm is None or not hasattr(dm, "num_class"):
             return
         dm.setup(stage)

@@ -406,7 +406,7 @@ class RoSAModule(CausalLMFinetune):
         saved = checkpoint.get("rosa_fisher")
         if saved is not None:  # reopened when the resumed fit starts training (`on_train_start`)
             self.fisher = FisherCollector(self.model, self.layers, self.hparams.fisher_mode)
-            self.fisher.total = {n: t.to(self.device) for n, t in saved["total"].items()}
+            self.fisher.total = dict(saved["total"])
             self.fisher.count, self._collect_until = int(saved["count"]), int(saved["collect_until"])
 
     def on_train_end(self) -> None:

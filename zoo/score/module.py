@@ -161,7 +161,7 @@ class SCoReModule(HubMixin, L.LightningModule):
         if self.in_probe_stage:
             self.net.encoder.eval()  # frozen features, running BN statistics (SupCon's linear stage)
             self.net.head.eval()
-        elif self.current_epoch < self.hparams.warmup_epochs and attached_trainer(self) is not None:
+        elif self.current_epoch < self.hparams.warmup_epochs:
             # the official warm-up moves the learning rate every batch (util.warmup_learning_rate); the epoch
             # scheduler below only sets each warm-up epoch's first value
             n = self.trainer.num_training_batches
