@@ -29,15 +29,29 @@ def check_checkpoint(path: str | None) -> None:
                        f"file: {p.stat().st_size} bytes)")
 
 
-def check_learning_rates(model_init_args: dict[str, Any]) -> None:
-    """Every init argument named like a learning rate (lr, lora_lr, probe_lr, ...) is a non-negative number:
-    optimisers check only their default rate, not the per-group rates modules pass, so a negative one would train
-    (uphill) without a word."""
+LR_NAME = re.compile(r"^(lr|\w+_lr|lr_\w+)$")
+# Names of that form that shape a schedule (a floor, a warm-up start, a decay factor, a step count) rather than train
+# a part of the model: zero is an ordinary value there.
+LR_SCHEDULE_NAME = re.compile(r"^(min|warmup|final|end|start|initial|init|base)_lr$|"
+                              r"^lr_(\w+_)?(steps|gamma|decay|rate|schedule|scheduler|factor|min|patience|warmup)$")
+
+
+def check_learning_rates(model_init_args: dict[str, Any], training: bool = True) -> None:
+    """Every init argument named like a learning rate (lr, lora_lr, lr_Z, ...) is a non-negative number: optimisers
+    check only their default rate, not the per-group rates modules pass, so a negative one would train (uphill)
+    without a word. For training, the rates that train something must not all be 0: the run would go through and
+    learn nothing (one of several at 0 is a deliberate freeze of that part, and stays allowed)."""
+    rates = {}
     for key, value in flatten(model_init_args).items():
         name = key.rsplit(".", 1)[-1]
-        if (name == "lr" or name.endswith("_lr") or name.startswith("lr_")) and isinstance(value, (int, float)) \
-                and not isinstance(value, bool) and value < 0:
-            raise ZooError(f"model.init_args.{key} = {value} is a negative learning rate")
+        if LR_NAME.match(name) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value < 0:
+                raise ZooError(f"model.init_args.{key} = {value} is a negative learning rate")
+            if not LR_SCHEDULE_NAME.match(name):
+                rates[key] = value
+    if training and rates and not any(rates.values()):
+        names = ", ".join(f"model.init_args.{k}" for k in rates)
+        raise ZooError(f"{names} = 0: with every learning rate at 0 the run would train nothing")
 
 
 # Integer settings that count or size something, by name (n_layers, num_heads, batch_size, d_model, r, top_k, ...);
@@ -72,10 +86,10 @@ def check_ranges(group: str, init_args: dict[str, Any]) -> None:
             raise ZooError(f"{where}: sandbox limits must be positive")
 
 
-def check_init_args(model_args: dict[str, Any], data_args: dict[str, Any]) -> None:
+def check_init_args(model_args: dict[str, Any], data_args: dict[str, Any], training: bool = True) -> None:
     """Every check of model and data settings that needs nothing built: the trainer runs it on a command's resolved
-    config, `zoo sweep` also on each point's own values."""
-    check_learning_rates(model_args)
+    config (`training`: the command is fit), `zoo sweep` also on each point's own values."""
+    check_learning_rates(model_args, training)
     check_ranges("model", model_args)
     check_ranges("data", data_args)
 

@@ -221,7 +221,7 @@ class ZooCLI(LightningCLI):
         anything starts)."""
         cfg = self._cfg()
         model, trainer = _class_path(cfg.get("model")) or "", cfg.get("trainer") or {}
-        check_init_args(_init_args(cfg.get("model")), _init_args(cfg.get("data")))
+        check_init_args(_init_args(cfg.get("model")), _init_args(cfg.get("data")), self.subcommand == "fit")
         check_verb(model, self.subcommand)
         check_processes(model, self.subcommand, trainer)
         check_trainer_settings(trainer, self.subcommand)

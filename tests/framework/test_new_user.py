@@ -41,6 +41,7 @@ def bad_files(tmp_path):
     (["--config", "{tmp}/list.yaml"], "is a YAML list, not a mapping of options"),
     (["--config", "{tmp}/empty.yaml"], "empty.yaml is empty"),
     (["--model.init_args.lr", "-0.1"], "model.init_args.lr = -0.1 is a negative learning rate"),
+    (["--model.init_args.lr", "0"], "model.init_args.lr = 0: with every learning rate at 0 the run would train nothing"),
     (["--checkpoint_every_n_steps", "0"], "checkpoint_every_n_steps must be a positive number"),
     (["--data.init_args.batch_size", "-4"], "data.init_args.batch_size = -4: a count or size cannot be negative"),
     (["--data.init_args.seed", "-1"], "data.init_args.seed = -1: seeds are non-negative integers"),
@@ -166,6 +167,21 @@ def test_range_check_reads_names_nested_settings_and_leaves_sentinels_alone():
     # joblib's n_jobs=-1 (every core), a sentinel like nan_at_step=-1, indices, floats and zero pass
     check_ranges("model", {"n_jobs": -1, "nan_at_step": -1, "feature_index": -1, "shift": -3, "strength": -1.0,
                            "n_val": 0, "flag": False, "dropout": 1.0, "cpu_seconds": 0.5})
+
+
+def test_learning_rates_at_zero_are_refused_only_when_nothing_would_train():
+    from zoo.checks import check_learning_rates
+    from zoo.errors import ZooError
+
+    with pytest.raises(ZooError, match=r"model.init_args.lr_mapping, model.init_args.lr_potential = 0: with every"):
+        check_learning_rates({"lr_mapping": 0.0, "lr_potential": 0, "lr_warmup_steps": 0})
+    with pytest.raises(ZooError, match=r"model.init_args.opt.lora_lr = 0: "):
+        check_learning_rates({"opt": {"lora_lr": 0}, "min_lr": 0, "warmup_lr": 0.0, "lr_gamma": 0.5})
+    # one part frozen on purpose, schedule settings at 0, an evaluation command, or a model with no rate: accepted
+    check_learning_rates({"lr_mapping": 0.0, "lr_potential": 1e-3})
+    check_learning_rates({"lr": 1e-3, "min_lr": 0.0, "warmup_lr": 0, "lr_decay": 0, "lr_warmup_steps": 0})
+    check_learning_rates({"lr": 0.0}, training=False)
+    check_learning_rates({"hidden": 0})
 
 
 def test_damaged_run_records_are_one_line_errors(in_tmp, toy_config, capsys):

@@ -235,18 +235,33 @@ def test_a_failed_point_is_recorded_and_the_sweep_carries_on(in_tmp, toy_config,
     ({"config": "TOY", "grid": {"data.init_args.batch_size": [4, -4]}},  # checked point by point, not one per key set
      "point batch_size=-4,seed=0: data.init_args.batch_size = -4: a count or size cannot be negative"),
     ({"config": "TOY", "args": {"model.init_args.lr": -0.1}}, "model.init_args.lr = -0.1 is a negative learning rate"),
+    ({"config": "TOY", "grid": {"model.init_args.lr": [0.1, 0]}},  # a later point of its key set, whole settings
+     "point lr=0,seed=0: model.init_args.lr = 0: with every learning rate at 0 the run would train nothing"),
+    ({"config": "GENTLE", "args": {"model.init_args.lr_mapping": 0, "model.init_args.lr_potential": 0.0}},
+     "model.init_args.lr_mapping, model.init_args.lr_potential = 0: with every learning rate at 0"),
     ({"config": "TOY", "name": 5}, "the sweep name 5 must be letters, digits"),  # was a TypeError traceback
     ({"config": "TOY", "name": "../../elsewhere"}, "the sweep name '../../elsewhere' must be"),  # left the root
     ({"config": "EVAL_ONLY"}, "ClusterDeletionEval is evaluation only (it has no training step): run it with `zoo test`"),
 ])
 def test_bad_sweep_files_fail_before_anything_runs(in_tmp, toy_config, capsys, spec, needle):
     eval_only = Path(__file__).resolve().parents[2] / "configs" / "smoke" / "clusterdel_smallgraphs.yaml"
-    text = yaml.safe_dump(spec).replace("TOY", str(toy_config)).replace("EVAL_ONLY", str(eval_only))
+    gentle = eval_only.with_name("gentle_toy1.yaml")
+    text = yaml.safe_dump(spec).replace("TOY", str(toy_config)).replace("EVAL_ONLY", str(eval_only)).replace(
+        "GENTLE", str(gentle))
     (in_tmp / "bad.yaml").write_text(text)
     assert main(["sweep", str(in_tmp / "bad.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("zoo: error: ") and needle in err[0], err
     assert not (in_tmp / "runs").exists()
+
+
+def test_a_sweep_may_freeze_one_part_of_a_model_with_a_zero_rate(tmp_path):
+    from zoo.sweep.runner import validate
+
+    gentle = Path(__file__).resolve().parents[2] / "configs" / "smoke" / "gentle_toy1.yaml"
+    f = tmp_path / "freeze.yaml"
+    f.write_text(yaml.safe_dump({"config": str(gentle), "grid": {"model.init_args.lr_potential": [1e-3, 0.0]}}))
+    validate(expand(load_sweep(f), tmp_path / "out"))  # the mapping still trains: both points are accepted
 
 
 def test_dry_run_prints_every_command_and_runs_nothing(in_tmp, toy_config, capsys):

@@ -23,7 +23,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from zoo.checks import check_init_args
+from zoo.checks import check_init_args, check_learning_rates
+from zoo.configs import flatten
 from zoo.errors import ZooError
 from zoo.rundir import POINT, read_record, read_summary
 from zoo.sweep.spec import Sweep, Task, cli_args
@@ -338,8 +339,8 @@ def run_submitit(tasks: list[Task], m: Manifest, executor: Any, levels: Callable
 def validate(tasks: list[Task]) -> None:
     """Parse each distinct (stage, override keys) command with the real CLI parser and check its settings, nothing
     instantiated, so a key that names no config option or a value out of range fails before anything runs; every
-    point's own values are range-checked too."""
-    from zoo.trainer import ZooCLI
+    point's own values are checked too, over that command's resolved model settings."""
+    from zoo.trainer import ZooCLI, _init_args
 
     class _Parsed(Exception):
         pass
@@ -347,40 +348,48 @@ def validate(tasks: list[Task]) -> None:
     class ParseOnly(ZooCLI):
         def before_instantiate_classes(self) -> None:
             self.check_settings()
-            raise _Parsed
+            raise _Parsed(_init_args(self._cfg().get("model")))
 
-    seen = set()
+    resolved: dict[tuple[Any, ...], dict[str, Any]] = {}
     for t in tasks:
-        check_point_values(t)
         key = (t.stage, tuple(sorted(t.overrides)))
-        if key in seen:
-            continue
-        seen.add(key)
-        placeholders = {stage: f"/{stage}-run-dir" for stage in t.deps}
-        argv = [t.verbs[0], *cli_args(t, placeholders)]
-        try:
-            with open(os.devnull, "w") as null, contextlib.redirect_stderr(null), contextlib.redirect_stdout(null):
-                ParseOnly(args=argv)
-        except _Parsed:
-            continue
-        except SystemExit as e:
-            raise ZooError(f"point {t.id} does not parse (exit {e.code})") from e
-        except ZooError as e:
-            raise ZooError(f"point {t.id} ({t.verbs[0]}): {e}") from e
-        except Exception as e:  # noqa: BLE001 - jsonargparse's errors: report the first line
-            from zoo.cli import one_line
-
-            raise ZooError(f"point {t.id} ({t.verbs[0]}) does not parse: {one_line(e)}") from e
+        if key not in resolved:
+            resolved[key] = _parse_only(t, ParseOnly, _Parsed)
+        check_point_values(t, resolved[key])
 
 
-def check_point_values(t: Task) -> None:
-    """A point's own override values (grid, variants, args) against the trainer's settings checks."""
+def _parse_only(t: Task, cli: Any, parsed: type[Exception]) -> dict[str, Any]:
+    """The model settings `t`'s first verb resolves to (the CLI `cli` raises `parsed` with them once checked)."""
+    placeholders = {stage: f"/{stage}-run-dir" for stage in t.deps}
+    argv = [t.verbs[0], *cli_args(t, placeholders)]
+    try:
+        with open(os.devnull, "w") as null, contextlib.redirect_stderr(null), contextlib.redirect_stdout(null):
+            cli(args=argv)
+    except parsed as e:
+        return e.args[0]
+    except SystemExit as e:
+        raise ZooError(f"point {t.id} does not parse (exit {e.code})") from e
+    except ZooError as e:
+        raise ZooError(f"point {t.id} ({t.verbs[0]}): {e}") from e
+    except Exception as e:  # noqa: BLE001 - jsonargparse's errors: report the first line
+        from zoo.cli import one_line
+
+        raise ZooError(f"point {t.id} ({t.verbs[0]}) does not parse: {one_line(e)}") from e
+    raise ZooError(f"point {t.id} ({t.verbs[0]}) did not reach its settings check")
+
+
+def check_point_values(t: Task, model_settings: dict[str, Any] | None = None) -> None:
+    """A point's own override values (grid, variants, args) against the trainer's settings checks; with
+    `model_settings` (its command's resolved model settings) the learning rates are judged as the run will see them
+    (the point's values over those)."""
     args: dict[str, dict[str, Any]] = {"model": {}, "data": {}}
     for key, value in t.overrides.items():
         group, _, name = key.partition(".init_args.")
         if group in args and name:
             args[group][name] = value
     try:
-        check_init_args(args["model"], args["data"])
+        check_init_args(args["model"], args["data"], training=False)
+        if model_settings is not None:
+            check_learning_rates({**flatten(model_settings), **args["model"]}, training="fit" in t.verbs)
     except ZooError as e:
         raise ZooError(f"point {t.id}: {e}") from e
