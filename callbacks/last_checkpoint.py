@@ -4,6 +4,7 @@ random number generators' states (Lightning's checkpoint does not hold them)."""
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 from typing import Any, Optional
 
@@ -72,6 +73,22 @@ class LastCheckpoint(Checkpoint):
         finally:
             self._max_epochs_before_epoch_end = None
         self._saved_step = trainer.global_step
+        self.last_model_path = str(path)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        """A resumed fit that saved nothing (it had ended, or it ended at the step it resumed at): the checkpoint it
+        resumed from is its run's newest state. Saving again at that step would hold what the resumed epoch-end
+        hooks changed, which a later resume would change twice; so that file is copied as it is into this run's
+        checkpoints (a fit resumed from another run's file starts a new run dir, which would otherwise end with no
+        checkpoint at all) and named as the run's last checkpoint."""
+        source = Path(trainer.ckpt_path) if trainer.ckpt_path else None
+        if self.last_model_path or source is None or not source.is_file():
+            return
+        path = self.dirpath / LAST
+        if trainer.is_global_zero and source.resolve() != path.resolve():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, path)
+        trainer.strategy.barrier("zoo.last_checkpoint.adopt")
         self.last_model_path = str(path)
 
     def on_train_start(self, trainer, pl_module) -> None:

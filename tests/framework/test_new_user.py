@@ -86,6 +86,22 @@ def test_resume_refuses_changed_settings_and_keeps_a_finished_record(in_tmp, toy
     assert (run / "summary.json").read_text() == summary
 
 
+def test_a_resumed_fit_that_trains_no_further_still_names_its_last_checkpoint(in_tmp, toy_config, capsys):
+    # a finished run's checkpoint, resumed where it lies (its own run dir) and from a copy (a new run dir, which
+    # ended with no checkpoint at all); the copy is the resumed file byte for byte, not a re-save at that step
+    last = _fit(toy_config) / "checkpoints" / "last.ckpt"
+    copy = in_tmp / "elsewhere.ckpt"
+    copy.write_bytes(last.read_bytes())
+    for source in (last, copy):
+        capsys.readouterr()
+        assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "1", "--wandb_mode", "disabled",
+                     "--ckpt_path", str(source)]) == 0
+        named = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("zoo: last checkpoint ")]
+        assert len(named) == 1, named
+        assert Path(named[0].split(" ", 3)[-1]).read_bytes() == copy.read_bytes()
+    assert len(list(Path("runs/toy").glob("*/checkpoints/last.ckpt"))) == 2
+
+
 def test_compare_takes_run_dirs_as_words(in_tmp, toy_config, capsys):
     a = _fit(toy_config, "--model.init_args.lr", "0.01")
     b = _fit(toy_config, "--model.init_args.lr", "0.1")
