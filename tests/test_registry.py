@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from zoo.hub import import_class
@@ -36,6 +38,23 @@ def test_card_has_hub_metadata(paper):
     card = ModelCard(paper.card.read_text())
     assert card.data.license and card.data.tags and "zoo" in card.data.tags
     assert "reported in the paper" in card.text.lower() or "paper's" in card.text.lower()
+
+
+# Paths of the project's own layout that a card names but that are the official code's (say so in the card).
+OFFICIAL_PATHS = {"configs/pretraining/pretrain.yaml"}  # MOMENT's pretraining config
+PROJECT_PATH = re.compile(r"(?<![\w/.-])((?:configs|benchmarks|tests|zoo|datamodules|callbacks|cards)/[\w./-]+"
+                          r"\.(?:yaml|py|md|jsonl|json|csv))\b")
+
+
+def test_every_project_path_a_card_names_exists():
+    """A card's commands and references (configs, sweeps, benchmarks, tests, run logs) point at files that exist:
+    a renamed config otherwise leaves a reproduction command that fails."""
+    cards = sorted((ROOT / "cards").rglob("*.md"))
+    named = {(c.relative_to(ROOT).as_posix(), m) for c in cards for m in PROJECT_PATH.findall(c.read_text())}
+    assert len(named) > 300  # the pattern still reads the cards
+    missing = sorted(f"{card}: {path}" for card, path in named
+                     if path not in OFFICIAL_PATHS and not (ROOT / path).exists())
+    assert not missing, missing
 
 
 def test_every_config_belongs_to_a_paper():
