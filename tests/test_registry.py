@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 import pytest
 
@@ -65,18 +66,62 @@ def test_every_config_belongs_to_a_paper():
 
 @pytest.mark.parametrize("config", ALL_CONFIGS, ids=lambda c: str(c.relative_to(ROOT / "configs")))
 def test_every_config_parses_and_names_existing_classes(config):
-    """Parse with the real CLI parser (class paths resolved, types checked) without instantiating."""
-    from zoo.trainer import ZooCLI
+    """Parse with the real CLI parser (class paths resolved, types checked) and check the settings, without
+    instantiating."""
+    from zoo.errors import ZooError
+    from zoo.trainer import parse_only
 
-    class _Parsed(Exception):
-        pass
+    try:
+        parse_only(["fit", "--config", str(config)])
+    except ZooError:  # an evaluation config (no training step, or max_steps 0): what `zoo test` makes of it
+        parse_only(["test", "--config", str(config)])
 
-    class ParseOnly(ZooCLI):
-        def before_instantiate_classes(self):
-            raise _Parsed
 
-    with pytest.raises(_Parsed):
-        ParseOnly(args=["fit", "--config", str(config)])
+COMMAND = re.compile(r"zoo (fit|test|validate|predict)\s+([^`|\n]*)")
+
+
+def written_commands(text: str) -> list[list[str]]:
+    """The one-line `zoo fit/test/validate/predict --config ...` commands of a card or README, as argv; commands
+    with placeholders (<ts>, CFG, [...]) or continued on the next line are left out, and --ckpt_path is dropped
+    (the run dirs they name are the reader's)."""
+    out = []
+    for m in COMMAND.finditer(text):
+        rest = m.group(2).split("#")[0].split("&&")[0].strip()
+        if rest.endswith("\\") or "--config" not in rest:
+            continue
+        try:
+            words = shlex.split(rest)
+        except ValueError:
+            continue
+        words = [w for i, w in enumerate(words) if w != "--ckpt_path" and (i == 0 or words[i - 1] != "--ckpt_path")]
+        if not any(c in w for w in words for c in ("<", "...", "[")) and "CFG" not in words:
+            out.append([m.group(1), *words])
+    return out
+
+
+@pytest.mark.parametrize("doc", sorted((ROOT / "cards").glob("*.md")) + [ROOT / "README.md"], ids=lambda p: p.name)
+def test_every_command_a_card_writes_parses(doc):
+    """What a reader copies from a card or the README (about 150 commands) names options that exist, with values
+    the settings checks accept: a renamed option would otherwise leave a reproduction command that fails."""
+    import contextlib
+    import io
+
+    from zoo.trainer import parse_only
+
+    for argv in written_commands(doc.read_text()):
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            try:
+                parse_only(argv)
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - the parser's own errors, reported as they are
+                pytest.fail(f"{doc.name}: zoo {' '.join(argv)}: {type(e).__name__}: {e} {err.getvalue()[-300:]}")
+
+
+def test_the_command_reader_finds_commands_and_leaves_placeholders_out():
+    text = ("`zoo fit --config configs/a.yaml --model.init_args.r 4`, `zoo test --config CFG`, and\n"
+            "    zoo test --config configs/b.yaml --ckpt_path runs/b/x/last.ckpt   # comment\n"
+            "    zoo fit --config configs/c.yaml --ckpt_path runs/c/<ts>/last.ckpt --data.init_args.path <dir>\n")
+    assert written_commands(text) == [["fit", "--config", "configs/a.yaml", "--model.init_args.r", "4"],
+                                      ["test", "--config", "configs/b.yaml"]]
 
 
 def test_find_matches_ids_titles_and_configs():

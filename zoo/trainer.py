@@ -370,3 +370,25 @@ class ZooCLI(LightningCLI):
             writer = next((c for c in self.trainer.callbacks if isinstance(c, PredictionWriter)), None)
             if writer is not None and writer.path is not None:
                 print(f"zoo: predictions {writer.path}")
+
+
+class _Parsed(Exception):
+    """Raised by a parse-only CLI once a command's settings are resolved and checked (its args: the model's)."""
+
+
+class _ParseOnly(ZooCLI):
+    def before_instantiate_classes(self) -> None:
+        self.check_settings()
+        raise _Parsed(_init_args(self._cfg().get("model")))
+
+
+def parse_only(argv: list[str]) -> dict[str, Any]:
+    """Parse a trainer command (`["fit", "--config", ...]`) with the real CLI parser and run its settings checks,
+    instantiating nothing: a key that names no option, a wrong type or an out-of-range value fails as the command
+    would. Returns the model's resolved init args; raises what the parser raises (SystemExit, jsonargparse's
+    errors) or a ZooError."""
+    try:
+        _ParseOnly(args=argv)
+    except _Parsed as e:
+        return e.args[0]
+    raise ZooError(f"zoo {argv[0] if argv else ''} did not reach its settings check")

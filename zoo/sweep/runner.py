@@ -340,33 +340,23 @@ def validate(tasks: list[Task]) -> None:
     """Parse each distinct (stage, override keys) command with the real CLI parser and check its settings, nothing
     instantiated, so a key that names no config option or a value out of range fails before anything runs; every
     point's own values are checked too, over that command's resolved model settings."""
-    from zoo.trainer import ZooCLI, _init_args
-
-    class _Parsed(Exception):
-        pass
-
-    class ParseOnly(ZooCLI):
-        def before_instantiate_classes(self) -> None:
-            self.check_settings()
-            raise _Parsed(_init_args(self._cfg().get("model")))
-
     resolved: dict[tuple[Any, ...], dict[str, Any]] = {}
     for t in tasks:
         key = (t.stage, tuple(sorted(t.overrides)))
         if key not in resolved:
-            resolved[key] = _parse_only(t, ParseOnly, _Parsed)
+            resolved[key] = _parse_point(t)
         check_point_values(t, resolved[key])
 
 
-def _parse_only(t: Task, cli: Any, parsed: type[Exception]) -> dict[str, Any]:
-    """The model settings `t`'s first verb resolves to (the CLI `cli` raises `parsed` with them once checked)."""
+def _parse_point(t: Task) -> dict[str, Any]:
+    """The model settings `t`'s first verb resolves to, checked (`zoo.trainer.parse_only`), quietly."""
+    from zoo.trainer import parse_only
+
     placeholders = {stage: f"/{stage}-run-dir" for stage in t.deps}
     argv = [t.verbs[0], *cli_args(t, placeholders)]
     try:
         with open(os.devnull, "w") as null, contextlib.redirect_stderr(null), contextlib.redirect_stdout(null):
-            cli(args=argv)
-    except parsed as e:
-        return e.args[0]
+            return parse_only(argv)
     except SystemExit as e:
         raise ZooError(f"point {t.id} does not parse (exit {e.code})") from e
     except ZooError as e:
@@ -375,7 +365,6 @@ def _parse_only(t: Task, cli: Any, parsed: type[Exception]) -> dict[str, Any]:
         from zoo.cli import one_line
 
         raise ZooError(f"point {t.id} ({t.verbs[0]}) does not parse: {one_line(e)}") from e
-    raise ZooError(f"point {t.id} ({t.verbs[0]}) did not reach its settings check")
 
 
 def check_point_values(t: Task, model_settings: dict[str, Any] | None = None) -> None:
