@@ -5,18 +5,21 @@ except ``test_abstract_unix_sockets_are_unreachable``, which guards what the net
 """
 
 import ast
+import io
 import json
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
+import tokenize
 from pathlib import Path
 
 import pytest
 
 from zoo.cruxeval import score_answers, summarize
-from zoo.sandbox import Sandbox
+from zoo.sandbox import MAX_SAME_HASH, MAX_VALUE_TOKENS, Sandbox, _tokens, parse_value
 
 LIMITS = dict(cpu_seconds=2, memory_mb=256, wall_timeout=4, max_output_bytes=4096, file_size_mb=1, tmpfs_mb=8)
 
@@ -354,3 +357,150 @@ def test_no_watching_the_hosts_files():
             pytest.skip(f"no syscall filter here: {sb.isolation.get('notes')}")
         v = sb.run("import ctypes\nlibc = ctypes.CDLL(None)\nprint(libc.inotify_init1(0), libc.fanotify_init(0, 0))")
     assert v.passed and v.stdout == "-1 -1\n", (v.status, v.reason, v.stdout)
+
+
+# -- 8. raw memory: what a sample finds of the zygote's earlier traffic in its own address space ------------
+
+# Reads every page it can reach around its own heap, its mmap'd regions and the interpreter's data (through a
+# pipe: the kernel answers EFAULT for an unmapped page instead of crashing) and collects "ZOOSECRET-<word>".
+# Against the zygote before the fix it found other programs' code, their result expressions (a gold value),
+# the values they returned and what they printed, from the same batch and from earlier ones.
+HEAP_SCAN = r"""import ctypes, os, sys
+libc = ctypes.CDLL(None)
+libc.sbrk.restype = ctypes.c_void_p
+libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+(pr, pw), page, token = os.pipe(), 4096, b''.join([b'ZOO', b'SECRET', b'-'])
+leaks, seen = set(), set()
+def read_page(p):
+    return os.read(pr, page) if libc.write(pw, p, page) == page else None
+def scan_from(seed):
+    for step in (page, -page):  # outwards until 8 MiB without a readable page
+        p, gap = (seed & ~(page - 1)) + (0 if step > 0 else -page), 0
+        while gap < 2048 and p > 0:
+            blob = None if p in seen else read_page(p)
+            if blob is None:
+                gap += p not in seen
+            else:
+                seen.add(p)
+                gap = 0
+                blob += read_page(p + page) or b''
+                i = blob.find(token)
+                while 0 <= i < page:
+                    j = i + len(token)
+                    while j < len(blob) and (blob[j:j + 1].isalnum()):
+                        j += 1
+                    if j > i + len(token):
+                        leaks.add(blob[i:j].decode())
+                    i = blob.find(token, i + 1)
+            p += step
+big = bytearray(1 << 20)
+for seed in (id(None), id(leaks), id(big), id(sys.modules), id(ctypes), libc.sbrk(0) - 1):
+    scan_from(seed)
+leaks = sorted(leaks)
+"""
+assert "ZOOSECRET-" not in HEAP_SCAN
+
+
+def test_a_sample_finds_no_other_jobs_in_its_raw_memory():
+    # other programs' code, a result expression holding a gold value, another program's returned value and
+    # printed output; in the batch before the scan and in the same batch (batches of 3 on one worker)
+    others = [("x = 'ZOOSECRET-code'", "(x, 'ZOOSECRET-gold')"), ("print('ZOOSECRET' + '-printed')", None),
+              ("v = 'ZOOSECRET' + '-value'", "v"), ("pass", None)]
+    jobs = others + [(HEAP_SCAN, "leaks")] + others + [(HEAP_SCAN, "leaks")]  # batches: 0-2, 3-5, 6-8, 9
+    with Sandbox(workers=1, **LIMITS) as sb:
+        out = sb.map([c for c, _ in jobs], result=[r for _, r in jobs])
+    assert all(v.passed for v in out), [(v.status, v.reason) for v in out]
+    assert out[1].stdout == "ZOOSECRET-printed\n" and out[2].value == "ZOOSECRET-value"  # they did travel
+    assert out[4].value == [] and out[9].value == [], (out[4].value, out[9].value)
+    with Sandbox(workers=1, **LIMITS) as sb:  # a fresh worker, one batch, the scan first: the job after it
+        first = sb._run_jobs([(HEAP_SCAN, "leaks"), others[0]])[0]
+    assert first.passed and first.value == [], first.value
+
+
+def test_no_gold_value_of_a_scoring_run_in_a_later_samples_memory():
+    # CRUXEval scoring checks an honest answer with a trusted program whose result expression holds the gold
+    # output, `(gold) == (answer)`; a sample that ran later on the same worker (e.g. the next run's untrusted
+    # answer, evaluated in a sandbox of its own) found those gold values in its raw memory
+    rows = [{"id": f"r{i}", "code": "def f(x):\n    return x", "input": f"'ZOOSECRET-{i}x{i}'",
+             "output": f"'ZOOSECRET-{i}x{i}'"} for i in range(16)]
+    with Sandbox(workers=1, **LIMITS) as sb:
+        res = score_answers(rows, {r["id"]: [r["output"]] for r in rows}, "output", sb, ks=[1])
+        v = sb.run(HEAP_SCAN, result="leaks")
+    assert all(r.passed == [True] and r.verdicts[0]["check"] == "trusted" for r in res)
+    assert v.passed and v.value == [], (v.status, v.value)
+
+
+# -- 9. the parent's cost of parsing a hostile result --------------------------------------------------------
+
+M = sys.hash_info.modulus
+# each cost the parent seconds of CPU (1 MiB of "[]," 5 s and 480 MB; 50,000 colliding ints 15-17 s)
+HOSTILE = {"empty lists": "[" + "[]," * 350_000 + "]", "empty strings": "[" + "''," * 350_000 + "]",
+           "set of colliding ints": "{" + ",".join(str(M * k) for k in range(1, 2000)) + "}",
+           "dict of colliding ints": "{" + ",".join(f"{M * k}: 0" for k in range(1, 2000)) + "}",
+           "colliding tuple keys": "{" + ",".join(f"(0, {-M * k})" for k in range(1, 200)) + "}",
+           "colliding complex": "{" + ",".join(f"{-1000003 * k}+{k}j" for k in range(1, 200)) + "}"}  # hash 0
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_result_is_refused_within_its_budget(name):
+    text = HOSTILE[name]
+    value, why = parse_value(text)
+    assert value is None and ("max_value_tokens" in why or f"more than {MAX_SAME_HASH} keys" in why), why
+    if "max_value_tokens" in why:  # refused before parsing: by a token count that bounds the parser's tree
+        assert _tokens(text) > MAX_VALUE_TOKENS and f"has {_tokens(text)} tokens" in why
+
+
+def _nodes(tree):  # not counting contexts and operators: one shared instance each
+    return sum(not isinstance(n, (ast.expr_context, ast.operator, ast.unaryop)) for n in ast.walk(tree))
+
+
+@pytest.mark.parametrize("text", ["[[], [[]], ()]", "set.set.set", "set()()()", "[1][0][0][::2]", "-+-1", "1, 2, 3",
+                                  "{1: -2, 3: {4}}", "[1, # a comment\n 2, \\\n 3]", "'a' 'b' b'c' ...", "(1)(2)[3]",
+                                  "1+2j-3j", "{**{}}", "[*()]"])
+def test_the_token_count_bounds_the_tree(text):
+    # the soundness of the budget: ast.parse builds at most one node per token (+ the root)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return
+    try:
+        n = _tokens(text)
+    except ValueError:  # refused outright (a name, operator, ...): nothing is parsed
+        return
+    assert _nodes(tree) <= n + 1, (text, _nodes(tree), n)
+
+
+ORDINARY = [0, -1, -2, {-1, -2}, 2 ** 100, -(2 ** 70), 1.5, -0.0, 1e300, -1e-300, 1j, complex(1, -2),
+            complex(-0.0, 1), "", "unicode é\n\t'\"\\ #", b"\x00\xff'\"", b"", (), (1,), ((1, (2, ())),), [],
+            [[], [[]]], {}, set(), {1, 2}, {(1, 2): [3, {"a": None}], "b": {True, False}}, frozenset({1}), float("inf"),
+            float("nan"), Ellipsis, bytearray(b"x"), list(range(-5000, 5000)),
+            {f"k{i}": {"a": [i, i * 1.5, None], "b": (True, b"x", -i)} for i in range(300)}]
+TEXTS = [repr(v) for v in ORDINARY] + ["...", " \t[1,\n 2]  # c", "'a' 'b'", "u'x'", "rb'\\x'", "0x_1F", "1_000.5e-3j",
+                                       "--1", "1 + 2", "f'{1}'", "[1, 2", "inf", "(1, 2) + (3,)"]
+
+
+@pytest.mark.parametrize("text", TEXTS, ids=range(len(TEXTS)))
+def test_parse_value_agrees_with_literal_eval(text):
+    try:
+        expected, ok = ast.literal_eval(text), True
+    except (ValueError, TypeError, SyntaxError):
+        expected, ok = None, False
+    # the default budget, and the exact one (which takes the token-counting path on every longer text)
+    kinds = (tokenize.OP, tokenize.NAME, tokenize.NUMBER, tokenize.STRING, tokenize.COMMENT)
+    tokens = sum(t.type in kinds for t in tokenize.generate_tokens(io.StringIO(text.strip()).readline)) if ok else None
+    for budget in (MAX_VALUE_TOKENS, tokens) if ok and "..." not in text else (MAX_VALUE_TOKENS,):
+        value, why = parse_value(text, budget)
+        assert (why == "") == ok, (text, why)
+        assert repr(value) == repr(expected) and type(value) is type(expected)
+    if ok and tokens > 1 and "..." not in text:
+        assert "max_value_tokens" in parse_value(text, tokens - 1)[1] or len(text) <= tokens - 1
+
+
+def test_sandbox_results_are_parsed_within_a_budget(sandbox):
+    v = sandbox.run("x = [[]] * 250_000", result="x")  # a 1 MB repr, a million tokens
+    assert v.status == "error" and "max_value_tokens" in v.reason, (v.status, v.reason)
+    v = sandbox.run("import sys", result="{k * sys.hash_info.modulus for k in range(1, 100)}")
+    assert v.status == "error" and "share a hash" in v.reason, (v.status, v.reason)
+    with Sandbox(workers=1, max_value_tokens=4, **LIMITS) as sb:
+        assert sb.run("pass", result="[1, 2, 3]").reason.endswith("over the parser's budget of 4 (max_value_tokens)")
+        assert sb.run("pass", result="[1]").value == [1]

@@ -240,7 +240,8 @@ def test_syscall_numbers_match_the_kernel_headers(column, header):
     assert all(n not in numbers for n, nr in table.items() if nr is None)  # absent on that ABI indeed
 
 
-@pytest.mark.parametrize("limits", [{"cpu_seconds": -1}, {"memory_mb": 0}, {"workers": 0}, {"wall_timeout": 0}])
+@pytest.mark.parametrize("limits", [{"cpu_seconds": -1}, {"memory_mb": 0}, {"workers": 0}, {"wall_timeout": 0},
+                                    {"max_value_tokens": 0}])
 def test_a_limit_that_would_lift_containment_is_refused_in_one_line(limits):
     """RLIMIT_CPU = -1 is RLIM_INFINITY: a negative limit from a config must not reach setrlimit."""
     from zoo.errors import ZooError

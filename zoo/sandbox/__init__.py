@@ -15,9 +15,10 @@ do is make the parent misjudge *data*:
 
 * ``run(code, result=EXPR)`` evaluates ``EXPR`` in the program's globals after ``code`` ran and sends
   ``repr(value)`` to the parent over a pipe of its own (not stdout/stderr, capped at ``max_value_bytes``).
-  The parent parses that text with :func:`ast.literal_eval` into plain data (``Verdict.value``; numbers,
-  strings, bytes, tuples, lists, dicts, sets, booleans, None): never unpickled, never executed. A program
-  that writes the pipe itself only chooses *which* data the parent gets, i.e. gives another answer.
+  The parent parses that text with :func:`parse_value` (what :func:`ast.literal_eval` accepts, within a
+  budget) into plain data (``Verdict.value``; numbers, strings, bytes, tuples, lists, dicts, sets, booleans,
+  None): never unpickled, never executed. A program that writes the pipe itself only chooses *which* data the
+  parent gets, i.e. gives another answer.
 * ``Verdict.stdout``/``stderr`` are exactly what the program wrote (capped); parse them as data.
 
 So decide pass/fail in the parent: compare ``v.value`` (or parsed stdout) with the expected value there, or
@@ -52,20 +53,28 @@ other processes              own PID namespace; /proc and /sys absent; the zygot
                              processes are denied
 privileges                   no capabilities (so no mounts), no_new_privs (setuid binaries gain nothing),
                              no new namespaces, keyrings, bpf, perf, userfaultfd or io_uring
-environment                  minimal environment, no inherited file descriptors; the batch a sample came in
-                             (other programs, their results) emptied from its copy of the zygote's objects
-                             (not from raw memory: see below); no inotify/fanotify on the visible trees
+environment                  minimal environment, no inherited file descriptors; no inotify/fanotify on the
+                             visible trees
+other jobs' data             the zygote never decodes a job or a sample's output: it keeps them, raw, in
+                             mappings no child inherits (MADV_DONTFORK; ``isolation["private_buffers"]``)
+                             and gives each child a copy of its own job only (zeroed once it is gone). So
+                             other programs, their result expressions (e.g. gold values), results and output
+                             are neither in a sample's objects nor in its raw memory
+the parent's parsing         a result is parsed only with at most ``max_value_tokens`` tokens (250,000;
+                             counted in one ``re`` pass before parsing: a bound on the parser's tree) and
+                             at most 32 keys sharing a hash in any set or dict (colliding ints)
 ===========================  ===============================================================================
 
 Not contained: a sample reads the world-readable files of the visible system directories (/usr, /etc: e.g.
 /etc/passwd) and of the Python installation including its site-packages; the project's own source, data and
 home directories are *not* visible (unless the interpreter lives inside them: then that installation
 directory, read-only). It shares the host kernel (seccomp narrows, but does not remove, the kernel attack
-surface) and can spend its CPU/memory limits. A sample that reads its own raw memory (ctypes) finds freed
-remnants of the zygote's earlier traffic: other programs' code, results and output. The parent parses a result
-of up to ``max_value_bytes`` (1 MiB) with :func:`ast.literal_eval`: one built to be expensive (a megabyte of
-nested empty lists, or a set of integers with colliding hashes) can cost the parent hundreds of megabytes or
-seconds of CPU per result; lower ``max_value_bytes`` where results are small. Without user namespaces, as
+surface) and can spend its CPU/memory limits. A sample that reads its own raw memory (ctypes) still finds the
+zygote's bookkeeping of earlier samples (exit statuses, durations, the sizes of jobs and outputs), and on a
+kernel without MADV_DONTFORK (``isolation["private_buffers"]`` False, with a note) their data too. A result
+within the budget still costs the parent about 0.5 KB per token while it is parsed (up to ~120 MB and a fraction
+of a second at the default, per result being parsed: one per worker thread); lower ``max_value_tokens`` or
+``max_value_bytes`` where results are small. Without user namespaces, as
 root, the sample runs as the host's ``nobody`` (per-user kernel counters then shared with other ``nobody``
 processes; RLIMIT_NPROC still stops forks, set after the uid switch so exec keeps working). Without namespaces
 at all (a container that forbids ``unshare``, or ``isolate=False``) the sandbox falls back to rlimits +
@@ -81,6 +90,8 @@ from __future__ import annotations
 import ast
 import marshal
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -92,7 +103,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
 
-from zoo.sandbox.zygote import _recv, _send
+from zoo.sandbox.zygote import _REPLY, _recv, _send_jobs
 
 __all__ = ["Sandbox", "Verdict", "parse_value"]
 
@@ -123,15 +134,110 @@ def _compiled_zygote() -> bytes:
     return _zygote_code
 
 
-def parse_value(text: str | None) -> tuple[Any, str]:
-    """``(value, "")`` when ``text`` is the repr of plain data (:func:`ast.literal_eval`), else
-    ``(None, reason)``. Used on results that come out of a sandbox: it never executes anything."""
+# What parse_value may spend on one result. Parsing costs about 0.5 KB of AST per token (CPython builds the whole
+# tree first): a megabyte of "[],[],..." is a million tokens, 480 MB and seconds of CPU. Hence a token budget,
+# checked before parsing: 250,000 tokens (a list of 120,000 small ints) cost at most ~120 MB, a fraction of a second.
+MAX_VALUE_TOKENS = 250_000
+# Distinct ints (floats, complex, tuples of them) can share a hash (k * sys.hash_info.modulus all hash to 0), and a
+# set or dict of n such keys costs n**2 / 2 comparisons: 50,000 of them took the parent 15 s. Strings and bytes
+# hash with a random key. No ordinary data has more than a few keys with one hash (-1 and -2 do).
+MAX_SAME_HASH = 32
+# Every literal (string, number, True/False/None/set), comment or line continuation becomes one "0"; what is left
+# of a text literal_eval can accept is only punctuation and whitespace. An f-string (whose braces hold code) is not
+# a literal here: its prefix is a stray letter and the text is refused. Leftmost-first, like the tokenizer: a quote
+# inside a comment or a "#" inside a string does not start anything. Only loops over one character class or
+# "unrolled" ones, possessive where `re` has them (3.11): a loop over an alternation costs `re` memory per character.
+# Numbers are matched loosely (a malformed one still counts one token; the parser then refuses it).
+_LITERALS = re.compile(r"""
+    \#[^\r\n]*+ | \\\r?\n
+  | (?<!\w)[bBrRuU]{0,2}(?: '''[^'\\]*+(?:(?:\\.|'(?!''))[^'\\]*+)*+'''
+                          | \"\"\"[^"\\]*+(?:(?:\\.|"(?!""))[^"\\]*+)*+\"\"\"
+                          | '[^'\\\r\n]*+(?:\\.[^'\\\r\n]*+)*+' | "[^"\\\r\n]*+(?:\\.[^"\\\r\n]*+)*+" )
+  | 0[xXoObB][0-9a-fA-F_]*+
+  | (?:\d[\d_]*+(?:\.[\d_]*+)?|\.\d[\d_]*+)(?:[eE][+-]?\d[\d_]*+)?[jJ]?
+  | (?<!\w)(?:True|False|None|set)(?!\w)""".replace("*+", "*+" if sys.version_info >= (3, 11) else "*"),
+                       re.VERBOSE | re.DOTALL)
+_PUNCTUATION = re.compile(r"[0()\[\]{},:+\-. \t\n\r\f]*")  # each non-blank character left is one token
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _tokens(text: str) -> int:
+    """How many tokens ``text`` has (ValueError: it is no literal). An upper bound on what :func:`ast.parse` can
+    build from it: after the literals only punctuation is left, and every AST node needs a token of its own (a
+    literal, or an opening bracket, comma, colon, sign or dot), so the tree has at most ``_tokens(text) + 1``
+    nodes. Costs one pass of ``re`` in C and no memory beyond a copy of the text."""
+    rest = _LITERALS.sub("0", text)
+    if not _PUNCTUATION.fullmatch(rest):  # a name, operator or f-string: literal_eval would refuse it too
+        raise ValueError("not a literal")
+    return len(rest) - sum(rest.count(c) for c in " \t\n\r\f")
+
+
+def _distinct_hashes(keys: list) -> list:
+    counts: dict[int, int] = {}  # keyed by hash values: distinct ints, which do not collide among themselves
+    for k in keys:
+        h = hash(k)  # TypeError for an unhashable key, as set() and dict() would raise
+        counts[h] = counts.get(h, 0) + 1
+        if counts[h] > MAX_SAME_HASH:
+            raise _Refused(f"the result is not plain data: more than {MAX_SAME_HASH} keys of one set or dict share "
+                           "a hash (MAX_SAME_HASH)")
+    return keys
+
+
+def _literal(node: ast.AST) -> Any:
+    """:func:`ast.literal_eval`'s conversion (CPython 3.10-3.13), building sets and dicts only from keys that do
+    not collide beyond ``MAX_SAME_HASH``."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Tuple):
+        return tuple(map(_literal, node.elts))
+    if isinstance(node, ast.List):
+        return list(map(_literal, node.elts))
+    if isinstance(node, ast.Set):
+        return set(_distinct_hashes(list(map(_literal, node.elts))))
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "set"
+            and node.args == node.keywords == []):
+        return set()
+    if isinstance(node, ast.Dict):
+        if len(node.keys) != len(node.values) or None in node.keys:  # None: a **mapping
+            raise ValueError("malformed dict")
+        return dict(zip(_distinct_hashes(list(map(_literal, node.keys))), map(_literal, node.values)))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        left, right = _signed_number(node.left), _number(node.right)
+        if isinstance(left, (int, float)) and isinstance(right, complex):
+            return left + right if isinstance(node.op, ast.Add) else left - right
+    return _signed_number(node)
+
+
+def _number(node: ast.AST) -> Any:
+    if not isinstance(node, ast.Constant) or type(node.value) not in (int, float, complex):
+        raise ValueError(f"malformed node or string: {node!r}")
+    return node.value
+
+
+def _signed_number(node: ast.AST) -> Any:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+        return +_number(node.operand) if isinstance(node.op, ast.UAdd) else -_number(node.operand)
+    return _number(node)
+
+
+def parse_value(text: str | None, max_tokens: int = MAX_VALUE_TOKENS) -> tuple[Any, str]:
+    """``(value, "")`` when ``text`` is the repr of plain data (what :func:`ast.literal_eval` accepts), else
+    ``(None, reason)``. Used on results that come out of a sandbox: it never executes anything and never raises,
+    and its cost is bounded: at most ``max_tokens`` tokens (checked before parsing; ``[1, 2]`` is 5) and at most
+    ``MAX_SAME_HASH`` keys with one hash in any set or dict (see the constants above)."""
     if text is None:
         return None, "no result"
     if text in _CONSTANTS:  # the common case (a comparison's result) without the parser
         return _CONSTANTS[text], ""
     try:
-        return ast.literal_eval(text), ""
+        if len(text) > max_tokens and (n := _tokens(text)) > max_tokens:  # a shorter text has fewer tokens
+            return None, f"the result has {n} tokens, over the parser's budget of {max_tokens} (max_value_tokens)"
+        return _literal(ast.parse(text.lstrip(" \t"), mode="eval").body), ""
+    except _Refused as e:
+        return None, str(e)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
         return None, f"the result is not plain data ({type(e).__name__}): {text[:80]!r}"
 
@@ -198,7 +304,9 @@ class _Worker:
             [sys.executable, "-I", "-S", "-B", "-c", _BOOT, str(len(code)), marshal.dumps(asdict(limits)).hex()],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, close_fds=True, start_new_session=True, cwd="/")
+        self.limits = limits
         self.wall = limits.wall_timeout
+        self._inbox = bytearray()  # replies read ahead: one read() often takes several
         try:
             view = memoryview(code)
             while view:
@@ -212,15 +320,33 @@ class _Worker:
         self.isolation: dict[str, Any] = hello["isolation"]
 
     def run_batch(self, jobs: list[tuple[str, str | None]]) -> list[dict[str, Any]]:
-        """Several programs in one round trip (each still in its own fresh child)."""
+        """Several programs in one message (each still in its own fresh child); one reply per program."""
+        deadline = time.monotonic() + len(jobs) * (self.wall + 5) + 30
+        replies = []
         try:
-            _send(self.proc.stdin.fileno(), {"jobs": jobs})
-            reply = _recv(self.proc.stdout.fileno(), time.monotonic() + len(jobs) * (self.wall + 5) + 30)
-        except (OSError, ValueError) as e:
+            _send_jobs(self.proc.stdin.fileno(), jobs)
+            for _, result in jobs:
+                sizes = _REPLY.unpack(self._read(_REPLY.size, deadline))
+                body, ends = self._read(sum(sizes), deadline), [sum(sizes[:i + 1]) for i in range(4)]
+                replies.append(_outcome(marshal.loads(body[:ends[0]]), body[ends[0]:ends[1]], body[ends[1]:ends[2]],
+                                        body[ends[2]:], self.limits, result))
+        except (OSError, ValueError, TypeError, EOFError) as e:
             raise _WorkerDied(f"{type(e).__name__}: {e}") from e
-        if reply is None or len(reply.get("verdicts", ())) != len(jobs):
-            raise _WorkerDied("the sandbox worker stopped answering")
-        return reply["verdicts"]
+        return replies
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        fd = self.proc.stdout.fileno()
+        while len(self._inbox) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise _WorkerDied("the sandbox worker stopped answering")
+            chunk = os.read(fd, max(1 << 16, n - len(self._inbox)))
+            if not chunk:
+                raise _WorkerDied("the sandbox worker stopped answering")
+            self._inbox += chunk
+        data = bytes(self._inbox[:n])
+        del self._inbox[:n]
+        return data
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -256,6 +382,46 @@ class _Worker:
                 pass
 
 
+def _outcome(meta: dict[str, Any], out: bytes, err: bytes, report: bytes, lim: _Limits,
+             result: str | None) -> dict[str, Any]:
+    """A verdict's fields from what the zygote observed (wait status, why it killed the child, the raw bytes
+    the child wrote). Decided here, in the parent, so that no sample's output is ever decoded in the zygote."""
+    if "wait_status" not in meta:  # the zygote's own account: worker_error / not_run
+        return meta
+    status_wait, killed_for, duration = meta["wait_status"], meta["killed_for"], meta["duration_s"]
+    exit_code = os.WEXITSTATUS(status_wait) if os.WIFEXITED(status_wait) else None
+    sig = os.WTERMSIG(status_wait) if os.WIFSIGNALED(status_wait) else None
+    setup, report = report[:1], report[1:]
+    word, _, payload = report.partition(b"\n")
+    text = payload.decode("utf-8", "replace")
+    value_repr = None
+    cap = lim.max_output_bytes
+    if killed_for == "timeout":
+        res = ("timeout", f"wall-clock timeout after {lim.wall_timeout:g} s")
+    elif killed_for == "output_limit":
+        res = ("output_limit", f"stdout+stderr exceeded {cap} bytes")
+    elif killed_for == "value_limit":
+        res = ("output_limit", f"the result's repr exceeded {lim.max_value_bytes} bytes")
+    elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and duration >= max(1.0, lim.cpu_seconds)):
+        res = ("cpu_limit", f"CPU time limit of {lim.cpu_seconds:g} s")  # hard RLIMIT_CPU: SIGKILL 1 s later
+    elif sig is not None:
+        res = ("killed", f"killed by signal {signal.Signals(sig).name if sig in set(signal.Signals) else sig}")
+    elif setup == b"-":  # written before the program ran: the program cannot fake a harness failure
+        res = ("worker_error", f"sandbox setup failed: {report.decode('utf-8', 'replace')}")
+    elif word == b"ok" and exit_code == 0:
+        res = ("passed", "")
+        value_repr = text if result is not None else None
+    elif word == b"exit":
+        res = ("exited", text)
+    elif word == b"exception":
+        res = ("error", text)
+    else:
+        res = ("exited", f"exited with code {exit_code} before the end of the program")
+    return {"passed": res[0] == "passed", "status": res[0], "reason": res[1], "exit_code": exit_code, "signal": sig,
+            "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
+            "duration_s": duration, "value_repr": value_repr}
+
+
 def _site_paths() -> tuple[str, ...]:
     """The parent's site-packages directories: the zygote runs without ``site`` (its .pth files import
     half the standard library, which would make every fork dearer), so they are put on its path by hand."""
@@ -281,6 +447,7 @@ class Sandbox:
             import them start faster. A module that imports ``threading`` makes every fork dearer.
         hide_paths: directories that stay hidden even where they lie inside a visible tree.
         max_value_bytes: cap on the repr of a ``result`` (status ``output_limit`` above it).
+        max_value_tokens: the parser's budget for a ``result`` (see :func:`parse_value`; status ``error`` above it).
         seccomp: install the syscall filter (see the module docstring) when the architecture has a table.
         expose: extra host paths made visible read-only (e.g. a library the programs import).
     """
@@ -290,21 +457,23 @@ class Sandbox:
                  tmpfs_mb: int = 64, max_open_files: int = 64, isolate: bool = True,
                  require_isolation: bool = False, preload: Iterable[str] = (),
                  hide_paths: Iterable[str] = ("/root", "/home"), max_value_bytes: int = 1 << 20,
-                 seccomp: bool = True, expose: Iterable[str] = ()):
+                 seccomp: bool = True, expose: Iterable[str] = (), max_value_tokens: int = MAX_VALUE_TOKENS):
         if not sys.platform.startswith("linux"):
             raise RuntimeError("zoo.sandbox needs Linux (rlimits, namespaces)")
         if (workers < 1 or cpu_seconds <= 0 or wall_timeout <= 0 or memory_mb < 16 or max_output_bytes < 0
-                or max_value_bytes < 0 or tmpfs_mb < 1):
+                or max_value_bytes < 0 or tmpfs_mb < 1 or max_value_tokens < 1):
             from zoo.errors import ZooError  # a ValueError the CLI prints as one line (a model's sandbox settings)
 
             raise ZooError(f"sandbox limits must be positive (workers>=1, memory_mb>=16, tmpfs_mb>=1); got workers="
                            f"{workers}, cpu_seconds={cpu_seconds}, wall_timeout={wall_timeout}, memory_mb={memory_mb}, "
-                           f"max_output_bytes={max_output_bytes}, max_value_bytes={max_value_bytes}, tmpfs_mb={tmpfs_mb}")
+                           f"max_output_bytes={max_output_bytes}, max_value_bytes={max_value_bytes}, "
+                           f"tmpfs_mb={tmpfs_mb}, max_value_tokens={max_value_tokens}")
         self.limits = _Limits(float(cpu_seconds), int(memory_mb), float(wall_timeout), int(max_output_bytes),
                               int(file_size_mb), int(tmpfs_mb), int(max_open_files), bool(isolate),
                               tuple(preload), tuple(hide_paths), int(max_value_bytes), bool(seccomp),
                               tuple(os.path.abspath(p) for p in expose), _site_paths())
         self.workers = workers
+        self.max_value_tokens = int(max_value_tokens)
         self.require_isolation = require_isolation
         self._idle: SimpleQueue[_Worker | None] = SimpleQueue()
         for _ in range(workers):
@@ -391,18 +560,18 @@ class Sandbox:
             if r["status"] == "worker_error" and retry:
                 out[i] = self._run_jobs([jobs[i]], retry=False)[0]
             elif r["status"] != "not_run":
-                out[i] = self._verdict(r, jobs[i][1])
+                out[i] = self._verdict(r, jobs[i][1], self.max_value_tokens)
         for i, v in zip(not_run, self._run_jobs([jobs[i] for i in not_run], retry) if not_run else ()):
             out[i] = v
         return out
 
     @staticmethod
-    def _verdict(r: dict[str, Any], result: str | None) -> Verdict:
+    def _verdict(r: dict[str, Any], result: str | None, max_tokens: int) -> Verdict:
         v = Verdict(**{k: r[k] for k in ("passed", "status", "reason") if k in r},
                     **{k: r.get(k) for k in ("exit_code", "signal", "value_repr")},
                     stdout=r.get("stdout", ""), stderr=r.get("stderr", ""), duration_s=r.get("duration_s", 0.0))
         if v.status == "passed" and result is not None:
-            v.value, why = parse_value(v.value_repr)
+            v.value, why = parse_value(v.value_repr, max_tokens)
             if why:
                 v.passed, v.status, v.reason = False, "error", why
         return v

@@ -14,12 +14,15 @@ types, 2 ms) and installs the seccomp filter on itself, once, for all its sample
 namespace when the zygote is root; otherwise the caller's uid with every capability dropped), and ``exec``s the
 code. The loop enforces the wall-clock timeout (SIGKILL) and the output caps, reaps the child and, when the
 sample left anything in a scratch directory, replaces that tmpfs by a fresh one (nothing a sample leaves can
-defeat that). A worker whose harness fails for any reason is replaced and its sample re-run once on a fresh one.
-Closing the pool ends each zygote by end of input, so every process is reaped and its CPU time lands in the
-parent's ``RUSAGE_CHILDREN``.
+defeat that). Every sample is a fork of the zygote and can read its own raw memory, freed parts included: so
+the zygote never decodes a job or a sample's output (the parent sends raw jobs, and turns the raw bytes a sample
+wrote into its verdict) and keeps them in mappings that no child inherits (MADV_DONTFORK); a child gets a copy
+of its own job only (see the protocol below). A worker whose harness fails for any reason is replaced and its
+sample re-run once on a fresh one. Closing the pool ends each zygote by end of input, so every process is reaped
+and its CPU time lands in the parent's ``RUSAGE_CHILDREN``.
 
-The parent also imports this file as a module, for the protocol (``_send``/``_recv``); nothing else of it
-runs in the parent.
+The parent also imports this file as a module, for the protocol (``_send``/``_recv``, ``_send_jobs``,
+``_REPLY``); nothing else of it runs in the parent.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import builtins
 import errno
 import gc
 import marshal
+import mmap
 import os
 import resource
 import select
@@ -39,35 +43,104 @@ import time
 NOBODY = 65534
 
 
-# Parent <-> zygote protocol: length-prefixed marshal of plain values (both ends are the zoo's trusted code;
-# samples never hold these pipes). marshal is built in: the zygote imports nothing for it.
+# Parent <-> zygote protocol (both ends are the zoo's trusted code; samples never hold these pipes). Control
+# messages are length-prefixed marshal (built in: the zygote imports nothing for it). Every sample is a fork of the
+# zygote and can read its own raw memory, freed parts included. So job data (programs, result expressions) and
+# what samples wrote never become Python objects in the zygote and never lie in memory a child inherits: the
+# zygote reads them straight into anonymous mappings marked MADV_DONTFORK (not mapped in any child at all: a read
+# there is EFAULT) and writes replies straight from them. Only the job about to run is copied into ordinary memory
+# for its own child, and zeroed in the zygote once that child is gone.
+def _write_all(fd: int, *buffers) -> None:
+    """Write the buffers in order, with as few writev() calls as the pipe allows (no joining: no copies)."""
+    views = [memoryview(b).cast("B") for b in buffers if len(b)]
+    while views:
+        n = os.writev(fd, views[:1024])  # IOV_MAX
+        while n:
+            if n >= len(views[0]):
+                n -= len(views.pop(0))
+            else:
+                views[0], n = views[0][n:], 0
+
+
 def _send(fd: int, obj) -> None:
     data = marshal.dumps(obj)
-    view = memoryview(struct.pack("<Q", len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
+    _write_all(fd, struct.pack("<Q", len(data)), data)
 
 
-def _recv_exact(fd: int, n: int, deadline: float | None) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
+def _recv_into(fd: int, buf, deadline: float | None) -> bool:
+    """Fill ``buf`` from ``fd`` (straight into it: no intermediate bytes objects); False at EOF or the deadline."""
+    view, got = memoryview(buf).cast("B"), 0
+    while got < len(view):
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
+                return False
+        k = os.readv(fd, [view[got:]])
+        if not k:
+            return False
+        got += k
+    return True
 
 
 def _recv(fd: int, deadline: float | None = None):
-    head = _recv_exact(fd, 8, deadline)
-    if head is None:
+    head = bytearray(8)
+    if not _recv_into(fd, head, deadline):
         return None
-    body = _recv_exact(fd, struct.unpack("<Q", head)[0], deadline)
-    return None if body is None else marshal.loads(body)
+    body = bytearray(struct.unpack("<Q", head)[0])
+    return marshal.loads(body) if _recv_into(fd, body, deadline) else None
+
+
+def _private(size: int) -> mmap.mmap:
+    """Zeroed anonymous memory that no forked child inherits (where the kernel has MADV_DONTFORK)."""
+    m = mmap.mmap(-1, max(size, 1))
+    try:
+        m.madvise(mmap.MADV_DONTFORK)
+    except (AttributeError, OSError):  # the zygote reports this at start-up (see _zygote)
+        pass
+    return m
+
+
+_JOB = struct.Struct("<qq")  # a job's header: code length, result length (-1: no result expression)
+_REPLY = struct.Struct("<QQQQ")  # a verdict's header: metadata length, then stdout, stderr, report lengths
+
+
+def _send_jobs(fd: int, jobs) -> None:
+    """Parent side: a batch as one frame of raw UTF-8 jobs (the zygote never decodes it; each child decodes its
+    own job only)."""
+    parts = []
+    for code, result in jobs:
+        c = code.encode("utf-8", "surrogatepass")
+        r = b"" if result is None else result.encode("utf-8", "surrogatepass")
+        parts += [_JOB.pack(len(c), -1 if result is None else len(r)), c, r]
+    _write_all(fd, struct.pack("<Q", sum(map(len, parts))), *parts)
+
+
+class _Stream:
+    """What a child writes to one pipe, read in place into its region of a private mapping (``cap`` + 1 bytes:
+    one more than allowed shows that the cap was exceeded)."""
+
+    def __init__(self, region: memoryview):
+        self.region, self.cap, self.size = region, len(region) - 1, 0
+
+    def read(self, fd: int) -> bool:
+        """One read; False at end of file (or with the region full)."""
+        k = os.readv(fd, [self.region[self.size:]]) if self.size < len(self.region) else 0
+        self.size += k
+        return k > 0
+
+    def view(self) -> memoryview:
+        return self.region[:min(self.size, self.cap)]
+
+
+def _send_replies(fd: int, replies: list) -> None:
+    """Zygote side: per job, its metadata (no program data in it) and the bytes of its streams, written from the
+    private mappings themselves."""
+    parts = []
+    for meta, streams in replies:
+        data = marshal.dumps(meta)
+        views = [s.view() for s in streams] or [b"", b"", b""]
+        parts += [_REPLY.pack(len(data), *map(len, views)), data, *views]
+    _write_all(fd, *parts)
 
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (0x00020000, 0x08000000, 0x10000000,
@@ -259,10 +332,10 @@ class _WorkerState:
     drop_caps = False
     ipc_per_sample = False
     no_clone = None  # the per-sample seccomp filter
+    slots: list  # per position in a batch: a private mapping for that sample's stdout, stderr and report
     scratch: tuple[str, ...] = ()
     fresh_root = False
     baseline: dict = {}
-    batch: tuple = ()  # the current batch's jobs and verdicts: emptied in each child (other programs' data)
 
 
 def _write_id_maps(pid: int, root: bool) -> None:
@@ -473,14 +546,14 @@ def _dir_state(d: str) -> tuple:
     return st.st_mode, st.st_uid, st.st_gid, st.st_nlink, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _child(code: str, result: str | None, lim: dict, w: _WorkerState, libc, out_w: int, err_w: int,
-           rep_w: int) -> None:
+def _child(job: bytearray, lim: dict, w: _WorkerState, libc, out_w: int, err_w: int, rep_w: int) -> None:
     """Runs in the forked child; never returns. Everything it needs was imported and set up by the zygote
     (signals, environment, stdio objects, scratch cwd), so the per-sample work is a few syscalls."""
     report = rep_w
-    for held in w.batch:  # the forked copy of the batch (other programs, their results): out of the sample's
-        held.clear()      # reach (frames, gc.get_objects()); cleared in this child only
     try:
+        n_code, n_result = _JOB.unpack_from(job)
+        code = job[_JOB.size:_JOB.size + n_code].decode("utf-8", "surrogatepass")
+        result = None if n_result < 0 else job[_JOB.size + n_code:].decode("utf-8", "surrogatepass")
         os.setsid()
         if not w.pid_namespace:
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -539,7 +612,9 @@ def _child(code: str, result: str | None, lim: dict, w: _WorkerState, libc, out_
     os._exit(0)
 
 
-def _run_one(code: str, result: str | None, lim: dict, w: _WorkerState, libc) -> dict:
+def _run_one(job: bytearray, slot: mmap.mmap, lim: dict, w: _WorkerState, libc) -> tuple[dict, list[_Stream]]:
+    """Fork the child for ``job`` (its own copy) and watch it: its wait status and what it wrote, raw, into
+    ``slot`` (the parent turns them into a verdict: the zygote never decodes a sample's output)."""
     t0 = time.monotonic()
     pipes = [os.pipe() for _ in range(3)]
     pid = os.fork()
@@ -547,14 +622,15 @@ def _run_one(code: str, result: str | None, lim: dict, w: _WorkerState, libc) ->
         try:
             for r, _ in pipes:
                 os.close(r)
-            _child(code, result, lim, w, libc, *(wr for _, wr in pipes))
+            _child(job, lim, w, libc, *(wr for _, wr in pipes))
         finally:
             os._exit(71)
     for _, wr in pipes:
         os.close(wr)
     out_fd, err_fd, rep_fd = (r for r, _ in pipes)
-    bufs = {out_fd: bytearray(), err_fd: bytearray(), rep_fd: bytearray()}
-    caps = {out_fd: lim["max_output_bytes"], err_fd: lim["max_output_bytes"], rep_fd: lim["max_value_bytes"] + 64}
+    region, o = memoryview(slot), lim["max_output_bytes"] + 1
+    streams = {out_fd: _Stream(region[:o]), err_fd: _Stream(region[o:2 * o]), rep_fd: _Stream(region[2 * o:])}
+    out, err, rep = streams.values()
     open_fds = [out_fd, err_fd, rep_fd]
     deadline = t0 + lim["wall_timeout"]
     killed_for, status_wait = None, None
@@ -570,16 +646,12 @@ def _run_one(code: str, result: str | None, lim: dict, w: _WorkerState, libc) ->
         watch = open_fds + ([pidfd] if pidfd is not None else [])
         if watch:
             for fd in select.select(watch, [], [], min(left, 0.5 if pidfd is not None else 0.005))[0]:
-                if fd != pidfd:
-                    chunk = os.read(fd, 65536)
-                    if chunk:
-                        bufs[fd] += chunk
-                    else:
-                        open_fds.remove(fd)
-            if len(bufs[out_fd]) + len(bufs[err_fd]) > lim["max_output_bytes"]:
+                if fd != pidfd and not streams[fd].read(fd):
+                    open_fds.remove(fd)
+            if out.size + err.size > lim["max_output_bytes"]:
                 killed_for = "output_limit"
                 break
-            if len(bufs[rep_fd]) > caps[rep_fd]:
+            if rep.size > rep.cap:
                 killed_for = "value_limit"
                 break
         else:
@@ -599,11 +671,8 @@ def _run_one(code: str, result: str | None, lim: dict, w: _WorkerState, libc) ->
         status_wait = os.waitpid(pid, 0)[1]
     for fd in open_fds:  # drain: the child is gone and held the only write ends (it cannot fork or pass
         try:             # descriptors), so these reads end at EOF without blocking
-            while len(bufs[fd]) <= caps[fd]:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                bufs[fd] += chunk
+            while streams[fd].size <= streams[fd].cap and streams[fd].read(fd):
+                pass
         except OSError:
             pass
     for r, _ in pipes:
@@ -613,38 +682,12 @@ def _run_one(code: str, result: str | None, lim: dict, w: _WorkerState, libc) ->
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    cap = lim["max_output_bytes"]
-    stdout = bytes(bufs[out_fd][:cap]).decode("utf-8", "replace")
-    stderr = bytes(bufs[err_fd][:cap]).decode("utf-8", "replace")
-    exit_code = os.WEXITSTATUS(status_wait) if os.WIFEXITED(status_wait) else None
-    sig = os.WTERMSIG(status_wait) if os.WIFSIGNALED(status_wait) else None
-    setup, report = bytes(bufs[rep_fd][:1]), bytes(bufs[rep_fd][1:])
-    word, _, payload = report.partition(b"\n")
-    text = payload.decode("utf-8", "replace")
-    value_repr = None
-    if killed_for == "timeout":
-        res = ("timeout", f"wall-clock timeout after {lim['wall_timeout']:g} s")
-    elif killed_for == "output_limit":
-        res = ("output_limit", f"stdout+stderr exceeded {cap} bytes")
-    elif killed_for == "value_limit":
-        res = ("output_limit", f"the result's repr exceeded {lim['max_value_bytes']} bytes")
-    elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and time.monotonic() - t0 >= max(1.0, lim["cpu_seconds"])):
-        res = ("cpu_limit", f"CPU time limit of {lim['cpu_seconds']:g} s")  # hard RLIMIT_CPU: SIGKILL 1 s later
-    elif sig is not None:
-        res = ("killed", f"killed by signal {signal.Signals(sig).name}")
-    elif setup == b"-":  # written before the program ran: the program cannot fake a harness failure
-        res = ("worker_error", f"sandbox setup failed: {report.decode('utf-8', 'replace')}")
-    elif word == b"ok" and exit_code == 0:
-        res = ("passed", "")
-        value_repr = text if result is not None else None
-    elif word == b"exit":
-        res = ("exited", text)
-    elif word == b"exception":
-        res = ("error", text)
-    else:
-        res = ("exited", f"exited with code {exit_code} before the end of the program")
-    return dict(passed=res[0] == "passed", status=res[0], reason=res[1], exit_code=exit_code, signal=sig,
-                stdout=stdout, stderr=stderr, duration_s=round(time.monotonic() - t0, 6), value_repr=value_repr)
+    if killed_for is None and rep.size > rep.cap:  # the rest of an over-long report came in the drain
+        killed_for = "value_limit"
+    # in place, now that the child is gone (no copy-on-write): the next child must not find this job in its memory
+    memoryview(job)[:] = bytes(len(job))
+    return dict(wait_status=status_wait, killed_for=killed_for, duration_s=round(time.monotonic() - t0, 6)), \
+        [out, err, rep]
 
 
 def _after_sample(lim: dict, w: _WorkerState, libc) -> None:
@@ -704,6 +747,7 @@ def _zygote(config: str) -> None:
            "hidden": [], "visible": [], "tmpfs": [], "uid_switch": os.geteuid() == 0,
            "sample_uid": NOBODY if os.geteuid() == 0 else os.getuid(), "seccomp": False, "notes": []}
     w = _WorkerState()
+    w.slots = []
     w.sample_ids = (NOBODY, NOBODY) if os.geteuid() == 0 else None
     w.setgroups = os.geteuid() == 0
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")  # inherited by everything below
@@ -763,6 +807,12 @@ def _zygote(config: str) -> None:
                                else "new processes are NOT contained"))
     # without the filter's IPC rules, a fresh IPC namespace per sample keeps samples apart
     w.ipc_per_sample = not iso["seccomp"] and iso["ipc_namespace"]
+    try:  # where the kernel lacks it, children inherit the mappings that hold other jobs (see _private)
+        mmap.mmap(-1, 1).madvise(mmap.MADV_DONTFORK)
+        iso["private_buffers"] = True
+    except (AttributeError, OSError) as e:
+        iso["private_buffers"] = False
+        iso["notes"].append(f"no MADV_DONTFORK ({e}): a sample can find earlier jobs and their output in its memory")
     gc.collect()
     gc.freeze()  # keep the collector from touching (and so copying) the zygote's pages in every child
     try:  # hand the start-up's freed heap (compiling this file, the warm-up) back: fewer pages to fork
@@ -770,25 +820,38 @@ def _zygote(config: str) -> None:
     except AttributeError:  # not glibc
         pass
     _send(proto_out, {"isolation": iso})
-    while True:
-        msg = _recv(proto_in)
-        if msg is None:
+    head = bytearray(8)
+    while _recv_into(proto_in, head, None):  # a batch of jobs in, its replies out at its end (one write)
+        size = struct.unpack("<Q", head)[0]
+        batch = _private(size)
+        if not _recv_into(proto_in, memoryview(batch)[:size], None):
             break
-        verdicts, broken = [], None
-        w.batch = (msg["jobs"], verdicts)
-        for code, result in msg["jobs"]:
+        at, broken, replies = 0, None, []
+        while at < size:
+            n_code, n_result = _JOB.unpack_from(batch, at)
+            end, k = at + _JOB.size + n_code + max(n_result, 0), len(replies)
             if broken is not None:
-                verdicts.append(dict(passed=False, status="not_run", reason=broken))
-                continue
-            try:
-                verdicts.append(_run_one(code, result, lim, w, libc))
-                _after_sample(lim, w, libc)
-            except Exception as e:  # the harness failed, not the program: report, then let the pool replace us
-                broken = f"the sandbox worker failed: {type(e).__name__}: {e}"
-                verdicts.append(dict(passed=False, status="worker_error", reason=broken))
-            if verdicts[-1]["status"] == "worker_error":
-                broken = broken or verdicts[-1]["reason"]
-        _send(proto_out, {"verdicts": verdicts})
+                replies.append((dict(passed=False, status="not_run", reason=broken), ()))
+            else:  # a harness failure (not the program's): report it, the rest is not run, the pool replaces us
+                try:
+                    if len(w.slots) == k:  # kept for later batches (no child has them: they need no zeroing)
+                        w.slots.append(_private(2 * (lim["max_output_bytes"] + 1) + lim["max_value_bytes"] + 65))
+                    job = bytearray(end - at)
+                    job[:] = memoryview(batch)[at:end]  # the one job a child may see: its own
+                    meta, streams = _run_one(job, w.slots[k], lim, w, libc)
+                    replies.append((meta, streams))
+                    rep = streams[2]
+                    if (meta["killed_for"] is None and not os.WIFSIGNALED(meta["wait_status"]) and rep.size
+                            and rep.region[0] == ord("-")):  # the harness's own setup-failure mark
+                        broken = "the sandbox worker failed to set up a sample"
+                    _after_sample(lim, w, libc)
+                except Exception as e:
+                    broken = f"the sandbox worker failed: {type(e).__name__}: {e}"
+                    if len(replies) == k:  # the job has no reply yet
+                        replies.append((dict(passed=False, status="worker_error", reason=broken), ()))
+            at = end
+        _send_replies(proto_out, replies)
+        del batch, replies
         if broken is not None:
             break
         gc.freeze()
