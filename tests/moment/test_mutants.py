@@ -107,6 +107,14 @@ def _randomise_mask_embedding(m: MOMENT, seed: int) -> None:
             5 * torch.randn(m.patch_embedding.mask_embedding.shape, generator=torch.Generator().manual_seed(seed)))
 
 
+def _assert_unchanged_by_the_mask_vector(run, m, x, im):
+    with torch.no_grad():
+        before = run(x, im)
+        _randomise_mask_embedding(m, 2)
+        after = run(x, im)
+    torch.testing.assert_close(before, after, rtol=1e-5, atol=1e-5)
+
+
 def test_embedding_is_the_mean_over_observed_patches_only(tiny_t5):
     """Official ``embed``: ``(input_mask_patch_view * enc_out).sum(1) / input_mask_patch_view.sum(1)``. Padded
     patches are embedded as [MASK] and are not attended to, so with the mean over observed patches only the
@@ -115,11 +123,7 @@ def test_embedding_is_the_mean_over_observed_patches_only(tiny_t5):
     m = MOMENT(MomentConfig(t5_config=tiny_t5, task_name="embedding")).eval()
     x = torch.randn(3, 2, 512, generator=torch.Generator().manual_seed(1))
     im = _input_mask(3, {0: 100, 2: 256})
-    with torch.no_grad():
-        e1 = m.embed(x, im)
-        _randomise_mask_embedding(m, 2)
-        e2 = m.embed(x, im)
-    torch.testing.assert_close(e1, e2, rtol=1e-5, atol=1e-5)
+    _assert_unchanged_by_the_mask_vector(m.embed, m, x, im)
 
 
 def test_forecast_embeds_every_patch_and_never_uses_the_mask_vector(tiny_t5):
@@ -130,11 +134,7 @@ def test_forecast_embeds_every_patch_and_never_uses_the_mask_vector(tiny_t5):
     m = MOMENT(MomentConfig(t5_config=tiny_t5, task_name="forecasting", forecast_horizon=12)).eval()
     x = torch.randn(2, 3, 512, generator=torch.Generator().manual_seed(1))
     im = _input_mask(2, {0: 128, 1: 8})
-    with torch.no_grad():
-        f1 = m.forecast(x, im)
-        _randomise_mask_embedding(m, 2)
-        f2 = m.forecast(x, im)
-    torch.testing.assert_close(f1, f2, rtol=1e-5, atol=1e-5)
+    _assert_unchanged_by_the_mask_vector(m.forecast, m, x, im)
 
 
 @pytest.mark.parametrize("n_channels", [2, 3])
