@@ -18,6 +18,19 @@ def tiny_data(**kw):
     return ConditionalDataModule(**{**base, **kw})
 
 
+def tabled_model(seed: int, **kw):
+    """A small GENTLEModule (seeded before it is built) with the KDE and neighbour tables of `tiny_data`, that
+    datamodule, and the covariates x_i with their MST neighbours x_j."""
+    from zoo.gentle import GENTLEModule
+
+    L.seed_everything(seed, verbose=False)
+    model = GENTLEModule(**{"x_dim": 3, "n_u": 16, "n_eval_samples": 10, **kw})
+    dm = tiny_data()
+    dm.setup("fit")
+    model.build_tables(*dm.train_groups())
+    return model, dm, model.train_x, model.train_x[model.neighbour]
+
+
 def trainer(**kw):
     """A quiet CPU Trainer: no logger, checkpoints, progress bar, summary or sanity check."""
     return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,

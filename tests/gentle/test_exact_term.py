@@ -2,7 +2,6 @@
 gives POT's KL-regularised OT value with POT's envelope gradient, equals the semi-dual maximised over a free
 potential, and in the module it replaces the potential network (which then never moves) in the generator's loss."""
 
-import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -11,8 +10,7 @@ from zoo.errors import ZooError
 from zoo.gentle import GENTLEModule
 from zoo.gentle.entropic import entropic_ot, semi_dual, sinkhorn_potential
 
-from .conftest import maximise_semi_dual, pot_kl_value
-from .test_module import tiny_data, trainer
+from .conftest import maximise_semi_dual, pot_kl_value, tabled_model, trainer
 
 ot = pytest.importorskip("ot", reason="POT (pip install pot) is the peer for entropic OT")
 
@@ -55,12 +53,7 @@ def test_exact_term_is_batched_float32_at_the_default_tolerance_and_checks_epsil
 
 
 def test_module_with_the_exact_term_leaves_the_potential_and_uses_sinkhorn():
-    L.seed_everything(6, verbose=False)
-    model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=10, ot_term="sinkhorn")
-    dm = tiny_data()
-    dm.setup("fit")
-    model.build_tables(*dm.train_groups())
-    x_i, x_j = model.train_x, model.train_x[model.neighbour]
+    model, dm, x_i, x_j = tabled_model(6, ot_term="sinkhorn")
     torch.manual_seed(0)
     a = model.T(torch.rand(12, 16), x_i)
     value = model.ot_term(a, x_j)

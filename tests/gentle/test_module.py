@@ -10,7 +10,7 @@ from zoo.errors import ZooError
 from zoo.gentle import CWGANModule, GENTLEModule, NearestNeighboursModule, PooledMarginalModule
 from zoo.gentle.nets import MLPM
 
-from .conftest import fit_and_test, tiny_data, trainer
+from .conftest import fit_and_test, tabled_model, tiny_data, trainer
 
 
 def test_mlpm_layout_and_initialisation():
@@ -71,12 +71,7 @@ def test_debias_changes_only_the_generators_gradient():
     potential's gradient stays the paper's, the generator's changes, and the value is the Sinkhorn-divergence form."""
     from zoo.gentle.entropic import self_transport, semi_dual
 
-    L.seed_everything(5, verbose=False)
-    model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=10)
-    dm = tiny_data()
-    dm.setup("fit")
-    model.build_tables(*dm.train_groups())
-    x_i, x_j = model.train_x, model.train_x[model.neighbour]
+    model, dm, x_i, x_j = tabled_model(5)
 
     def term(debias, through_generator):
         model.hparams.debias = debias
@@ -277,12 +272,7 @@ def test_lipschitz_power_weights_each_pair_by_its_inverse_distance():
     per-pair R_i are the paper's semi-duals, recomputed here from the same draws."""
     from zoo.gentle.entropic import semi_dual
 
-    L.seed_everything(7, verbose=False)
-    model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=10, lipschitz_power=2.0)
-    dm = tiny_data()
-    dm.setup("fit")
-    model.build_tables(*dm.train_groups())
-    x_i, x_j = model.train_x, model.train_x[model.neighbour]
+    model, dm, x_i, x_j = tabled_model(7, lipschitz_power=2.0)
     d = (x_i - x_j).norm(dim=1)
     torch.testing.assert_close(model.pair_weight, d**-2 / (d**-2).mean())
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ from zoo.gentle import GENTLEModule
 from zoo.gentle.entropic import semi_dual
 from zoo.gentle.neighbours import mst_neighbours
 
-from .conftest import tiny_data, trainer
+from .conftest import tabled_model, tiny_data, trainer
 
 
 def test_generator_step_pairs_each_covariate_with_its_mst_neighbour():
@@ -40,12 +40,7 @@ def test_generator_step_pairs_each_covariate_with_its_mst_neighbour():
 def test_ot_term_gradient_reaches_theta_through_both_conditionals():
     """∇_θ of the generator's R equals the gradient of the semi-dual built by hand with b = T_θ(u', x_j) kept in
     the graph (both the samples b and the potential's input v(b, x_j) depend on θ)."""
-    L.seed_everything(4, verbose=False)
-    model = GENTLEModule(x_dim=3, n_u=16, n_eval_samples=10)
-    dm = tiny_data()
-    dm.setup("fit")
-    model.build_tables(*dm.train_groups())
-    x_i, x_j = model.train_x, model.train_x[model.neighbour]
+    model, _, x_i, x_j = tabled_model(4)
     theta = list(model.mapping.parameters())
 
     torch.manual_seed(0)
