@@ -175,52 +175,22 @@ def _tokens(text: str) -> int:
     return len(rest) - sum(rest.count(c) for c in " \t\n\r\f")
 
 
-def _distinct_hashes(keys: list) -> list:
-    counts: dict[int, int] = {}  # keyed by hash values: distinct ints, which do not collide among themselves
-    for k in keys:
-        h = hash(k)  # TypeError for an unhashable key, as set() and dict() would raise
-        counts[h] = counts.get(h, 0) + 1
-        if counts[h] > MAX_SAME_HASH:
-            raise _Refused(f"the result is not plain data: more than {MAX_SAME_HASH} keys of one set or dict share "
-                           "a hash (MAX_SAME_HASH)")
-    return keys
-
-
-def _literal(node: ast.AST) -> Any:
-    """:func:`ast.literal_eval`'s conversion (CPython 3.10-3.13), building sets and dicts only from keys that do
-    not collide beyond ``MAX_SAME_HASH``."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Tuple):
-        return tuple(map(_literal, node.elts))
-    if isinstance(node, ast.List):
-        return list(map(_literal, node.elts))
-    if isinstance(node, ast.Set):
-        return set(_distinct_hashes(list(map(_literal, node.elts))))
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "set"
-            and node.args == node.keywords == []):
-        return set()
-    if isinstance(node, ast.Dict):
-        if len(node.keys) != len(node.values) or None in node.keys:  # None: a **mapping
-            raise ValueError("malformed dict")
-        return dict(zip(_distinct_hashes(list(map(_literal, node.keys))), map(_literal, node.values)))
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-        left, right = _signed_number(node.left), _number(node.right)
-        if isinstance(left, (int, float)) and isinstance(right, complex):
-            return left + right if isinstance(node.op, ast.Add) else left - right
-    return _signed_number(node)
-
-
-def _number(node: ast.AST) -> Any:
-    if not isinstance(node, ast.Constant) or type(node.value) not in (int, float, complex):
-        raise ValueError(f"malformed node or string: {node!r}")
-    return node.value
-
-
-def _signed_number(node: ast.AST) -> Any:
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
-        return +_number(node.operand) if isinstance(node.op, ast.UAdd) else -_number(node.operand)
-    return _number(node)
+def _check_hashes(tree: ast.AST) -> None:
+    """Refuse a set or dict with more than ``MAX_SAME_HASH`` keys of one hash, before :func:`ast.literal_eval`
+    builds it (only sets and dicts with more keys than that are looked at; their keys are evaluated once more)."""
+    for node in ast.walk(tree):
+        keys = node.elts if isinstance(node, ast.Set) else node.keys if isinstance(node, ast.Dict) else ()
+        if len(keys) <= MAX_SAME_HASH:
+            continue
+        counts: dict[int, int] = {}  # keyed by hash values: distinct ints, which do not collide among themselves
+        for key in keys:
+            if key is None:  # a **mapping: literal_eval refuses it
+                continue
+            h = hash(ast.literal_eval(key))  # TypeError for an unhashable key, as set() and dict() would raise
+            counts[h] = counts.get(h, 0) + 1
+            if counts[h] > MAX_SAME_HASH:
+                raise _Refused(f"the result is not plain data: more than {MAX_SAME_HASH} keys of one set or dict "
+                               "share a hash (MAX_SAME_HASH)")
 
 
 def parse_value(text: str | None, max_tokens: int = MAX_VALUE_TOKENS) -> tuple[Any, str]:
@@ -235,7 +205,9 @@ def parse_value(text: str | None, max_tokens: int = MAX_VALUE_TOKENS) -> tuple[A
     try:
         if len(text) > max_tokens and (n := _tokens(text)) > max_tokens:  # a shorter text has fewer tokens
             return None, f"the result has {n} tokens, over the parser's budget of {max_tokens} (max_value_tokens)"
-        return _literal(ast.parse(text.lstrip(" \t"), mode="eval").body), ""
+        tree = ast.parse(text.lstrip(" \t"), mode="eval")
+        _check_hashes(tree)
+        return ast.literal_eval(tree), ""
     except _Refused as e:
         return None, str(e)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
