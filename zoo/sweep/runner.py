@@ -367,10 +367,9 @@ def _parse_point(t: Task) -> dict[str, Any]:
         raise ZooError(f"point {t.id} ({t.verbs[0]}) does not parse: {one_line(e)}") from e
 
 
-def check_point_values(t: Task, model_settings: dict[str, Any] | None = None) -> None:
-    """A point's own override values (grid, variants, args) against the trainer's settings checks; with
-    `model_settings` (its command's resolved model settings) the learning rates are judged as the run will see them
-    (the point's values over those)."""
+def check_point_values(t: Task, model_settings: dict[str, Any]) -> None:
+    """A point's own override values (grid, variants, args) against the trainer's settings checks; the learning
+    rates are judged as the run will see them: the point's values over its command's resolved `model_settings`."""
     args: dict[str, dict[str, Any]] = {"model": {}, "data": {}}
     for key, value in t.overrides.items():
         group, _, name = key.partition(".init_args.")
@@ -378,7 +377,6 @@ def check_point_values(t: Task, model_settings: dict[str, Any] | None = None) ->
             args[group][name] = value
     try:
         check_init_args(args["model"], args["data"], training=False)
-        if model_settings is not None:
-            check_learning_rates({**flatten(model_settings), **args["model"]}, training="fit" in t.verbs)
+        check_learning_rates({**flatten(model_settings), **args["model"]}, training="fit" in t.verbs)
     except ZooError as e:
         raise ZooError(f"point {t.id}: {e}") from e
