@@ -77,7 +77,6 @@ def _check_sizes(module: L.LightningModule, *names: str) -> None:
         raise ZooError(f"{type(module).__name__}: n_export={h.n_export} must be >= 0 (0: none)")
 
 
-
 def _run_dir(module: L.LightningModule) -> Path:
     return Path(getattr(attached_trainer(module), "default_root_dir", "."))
 

@@ -107,7 +107,6 @@ class _MOMENTModule(HubMixin, L.LightningModule):
         return {"tags": ["moment", "time-series", *self.tags], "base_model": self.base_model}
 
 
-
 def _freeze(model: MOMENT, embedder: bool, encoder: bool, head: bool) -> None:
     model.freeze(embedder=embedder, encoder=encoder, head=head)
 
