@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 
@@ -37,8 +37,8 @@ class UnlearningMetrics(pl.Callback):
     def __init__(self, el_n: int = 10, threshold_std: float = 0.0, outlier_std: float = 2.0,
                  every_n_epochs: int = 1, unseen_el_every_epoch: bool = False, eval_batch_size: int = 32,
                  save_table: bool = True, table_name: str = TABLE, perturbation_attack: bool = False,
-                 n_perturbations: int = 25, mask_model: Optional[str] = None, perturber_kw: Optional[dict] = None,
-                 fit_evaluation: bool = True):
+                 n_perturbations: int = 25, mask_model: Optional[str] = None,
+                 perturber_kw: Optional[dict[str, Any]] = None, fit_evaluation: bool = True):
         """
         Args:
             el_n: n of EL_n.

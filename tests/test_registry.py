@@ -128,3 +128,37 @@ def test_find_matches_ids_titles_and_configs():
     assert [p.id for p in find("rosa")] == ["rosa"]
     assert "rosa" in [p.id for p in find("*gsm8k*")]
     assert find("no-such-thing-xyz") == []
+
+
+def _bare_containers(annotation) -> list:
+    """The dict/list/tuple/set parts of a type annotation without element types, at any depth."""
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    bare_aliases = (typing.Dict, typing.List, typing.Tuple, typing.Set)  # noqa: UP006 - what is looked for
+    if annotation in (dict, list, tuple, set, *bare_aliases):
+        return [annotation]
+    return [bare for a in args if a is not Ellipsis for bare in _bare_containers(a)] if origin else []
+
+
+def test_every_container_setting_names_its_element_types():
+    """jsonargparse reads a nested override into a bare `dict` (or list) as strings: with `t5_config: dict`,
+    `--model.init_args.t5_config.d_model=32` built a T5 config with d_model '32' and ended in a traceback. Every
+    registered class types its container settings (dict[str, Any], list[int], ...), so overrides keep their types."""
+    import inspect
+    import typing
+
+    bad = []
+    for paper in PAPERS.values():
+        for path in paper.modules + paper.datamodules + paper.callbacks:
+            cls = import_class(path)
+            hints = typing.get_type_hints(cls.__init__)
+            for name in inspect.signature(cls.__init__).parameters:
+                if name in hints and _bare_containers(hints[name]):
+                    bad.append(f"{path}.{name}: {hints[name]}")
+    assert not bad, bad
+    from zoo.trainer import parse_only
+
+    args = parse_only(["fit", "--config", str(ROOT / "configs/smoke/moment_ecg5000_head.yaml"),
+                       "--model.init_args.t5_config.d_model=32"])
+    assert args["t5_config"]["d_model"] == 32

@@ -140,7 +140,7 @@ class MOMENTForecastingModule(_MOMENTModule):
 
     tags = ("forecasting",)
 
-    def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict | None = None,
+    def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict[str, Any] | None = None,
                  revision: str | None = None, forecast_horizon: int = 192, head_dropout: float = 0.1,
                  add_positional_embedding: bool | None = None, freeze_embedder: bool = True,
                  freeze_encoder: bool = True, lr: float = 1e-4, weight_decay: float = 0.0,
@@ -238,7 +238,7 @@ class MOMENTReconstructionModule(_MOMENTModule):
 
     tags = ("reconstruction",)
 
-    def __init__(self, pretrained: str | None = None, t5_config: dict | None = None,
+    def __init__(self, pretrained: str | None = None, t5_config: dict[str, Any] | None = None,
                  revision: str | None = None, mask_ratio: float = 0.3,
                  train_objective: Literal["masked", "reconstruction"] = "masked", head_dropout: float = 0.1,
                  add_positional_embedding: bool | None = None, freeze_embedder: bool = False,
@@ -383,7 +383,7 @@ class MOMENTClassificationModule(_MOMENTModule):
 
     tags = ("classification",)
 
-    def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict | None = None,
+    def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict[str, Any] | None = None,
                  revision: str | None = None, n_channels: int = 1, num_class: int = 2,
                  reduction: Literal["concat", "mean"] = "concat", head_dropout: float = 0.1,
                  add_positional_embedding: bool | None = None, freeze_embedder: bool = True,
@@ -450,7 +450,7 @@ class MOMENTEmbeddingSVMModule(_MOMENTModule):
     single_process = "its SVM is fitted on the embeddings of every training case, and a DDP process sees a share"
     tags = ("classification", "svm", "zero-shot")
 
-    def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict | None = None,
+    def __init__(self, pretrained: str | None = "AutonLab/MOMENT-1-large", t5_config: dict[str, Any] | None = None,
                  revision: str | None = None, features: Literal["moment", "raw"] = "moment",
                  add_positional_embedding: bool | None = None, svm_max_samples: int = 10_000, n_jobs: int = 1):
         super().__init__()

@@ -147,7 +147,7 @@ class MemorizeModule(_CausalLMStage):
 
     def __init__(
         self,
-        model: Union[str, dict] = TINY_GPT_NEO,
+        model: Union[str, dict[str, Any]] = TINY_GPT_NEO,
         lr: float = 3e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         weight_decay: float = 0.0,
@@ -157,7 +157,7 @@ class MemorizeModule(_CausalLMStage):
         levels_from: Optional[str] = None,
         eval_batch_size: int = 32,
         torch_dtype: Optional[str] = None,
-        model_kwargs: Optional[dict] = None,
+        model_kwargs: Optional[dict[str, Any]] = None,
     ):
         """
         Args:
@@ -243,7 +243,7 @@ class UnlearningModule(_CausalLMStage):
 
     def __init__(
         self,
-        model: Union[str, dict] = TINY_GPT_NEO,
+        model: Union[str, dict[str, Any]] = TINY_GPT_NEO,
         method: Literal["ga", "sga", "ta", "tau", "sgatau"] = "ga",
         lr: float = 5e-5,
         betas: tuple[float, float] = (0.9, 0.98),
@@ -263,7 +263,7 @@ class UnlearningModule(_CausalLMStage):
         stop_on_el: bool = True,
         eval_batch_size: int = 32,
         torch_dtype: Optional[str] = None,
-        model_kwargs: Optional[dict] = None,
+        model_kwargs: Optional[dict[str, Any]] = None,
         init_from: Optional[str] = None,
     ):
         """
