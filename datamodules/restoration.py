@@ -355,6 +355,8 @@ class RestorationDataModule(L.LightningDataModule):
             ks = load_kernels(hp.kernels_path)
             self.kernel_source = f"{hp.kernels_path} ({len(ks)} kernels)"
         else:
+            if hp.n_synthetic_kernels < 1:
+                raise ZooError(f"task {hp.task!r} needs blur kernels: set kernels_path or n_synthetic_kernels >= 1")
             ks = synthetic_kernels(hp.n_synthetic_kernels, hp.synthetic_kernel_size, hp.seed)
             self.kernel_source = (f"synthetic: {len(ks)} seeded Gaussian/motion kernels "
                                   f"{hp.synthetic_kernel_size}x{hp.synthetic_kernel_size} (seed {hp.seed})")

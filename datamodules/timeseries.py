@@ -234,6 +234,9 @@ def embedded_classification(n_train: int = 60, n_test: int = 60, n_classes: int 
                             n_channels: int = 1, seed: int = 0) -> tuple[TSData, TSData]:
     """Seeded shapes in the .ts schema: class k is a bump at a class-specific place plus a class-specific
     oscillation, with random amplitude, shift and noise."""
+    if min(n_train, n_test) < 1 or n_classes < 2:
+        raise ZooError(f"the embedded classification data needs n_train, n_test >= 1 and n_classes >= 2, got "
+                       f"{n_train}, {n_test} and {n_classes}")
     rng = np.random.default_rng(seed)
     t = np.linspace(0, 1, length)
 
@@ -417,6 +420,9 @@ class UCRClassificationDataModule(_WindowSets):
 # ================================================================================================ anomaly detection
 def embedded_anomaly(n: int = 4096, train_end: int = 1536, seed: int = 0) -> AnomalySeries:
     """A seeded quasi-periodic series with one anomalous segment (a frequency change) after ``train_end``."""
+    if train_end < 1 or n < train_end + 501:  # a training part, then 200 normal steps, the segment and 300 more
+        raise ZooError(f"the embedded anomaly series needs 1 <= train_end and length >= train_end + 501, got "
+                       f"train_end {train_end}, length {n}")
     rng = np.random.default_rng(seed)
     t = np.arange(n)
     values = np.sin(2 * np.pi * t / 50) + 0.3 * np.sin(2 * np.pi * t / 13) + rng.normal(0, 0.05, n)

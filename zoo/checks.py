@@ -61,6 +61,13 @@ COUNT_NAME = re.compile(
     r"samples|workers|features|channels|modes|groups|batches|tokens|rows|count|points|draws|repeats|components|"
     r"covariates|prototypes|timesteps|users|items|k|every|starts)$|^\w+_per_\w+$|^(d|r|k|size|dim|width|depth|crop|"
     r"modes|groups|channels|layers|heads|machines|subdivisions|stride|sparsity|iterations|d_model|d_ff|d_kv)$")
+# Settings that size a part of a model or of the data (hidden_size, d_model, num_heads, vocab_size, image_size,
+# n_components, ...): 0 builds nothing to compute with, and most failed deep inside torch or transformers ("cannot
+# reshape tensor of 0 elements", "division by zero") with a traceback, or, for a few, ran on without a word.
+SIZE_NAME = re.compile(
+    r"^(\w+_)?(size|dim|d_model|d_ff|d_kv|heads|features|channels|chans|length|buckets|max_distance|components|"
+    r"subdivisions|crop|groups|per_block|users|items|embeddings|dpi|sf|interval|width|bandwidth)$|^(num|n)_layers$")
+EPS_NAME = re.compile(r"^(\w+_)?(eps|epsilon)$")  # a norm's or optimiser's epsilon, an OT or privacy budget epsilon
 SEED_NAME = re.compile(r"^(\w+_)?seed(_\w+)?$")
 DROPOUT_NAME = re.compile(r"^(\w+_)?dropout(_\w+)?$")
 SANDBOX_LIMIT_NAME = re.compile(r"^(cpu_seconds|wall_timeout|memory_mb|sandbox_workers)$")
@@ -68,9 +75,9 @@ SANDBOX_LIMIT_NAME = re.compile(r"^(cpu_seconds|wall_timeout|memory_mb|sandbox_w
 
 def check_ranges(group: str, init_args: dict[str, Any]) -> None:
     """Settings of `group` (model or data) outside the range their name implies are refused before anything is
-    built: a negative count, size or seed would fail deep inside torch or numpy ("Trying to create tensor with
-    negative dimension"), wrapped by jsonargparse in a traceback, or for some (a loop or layer count, PEFT's
-    dropout) run without a word; a non-positive sandbox limit would reach setrlimit only when the first program
+    built: a negative count, size or seed, or a size of 0, would fail deep inside torch or numpy ("Trying to create
+    tensor with negative dimension"), wrapped by jsonargparse in a traceback, or for some (a loop or layer count,
+    PEFT's dropout) run without a word; a non-positive sandbox limit would reach setrlimit only when the first program
     runs, mid-run."""
     for key, value in flatten(init_args).items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -78,6 +85,10 @@ def check_ranges(group: str, init_args: dict[str, Any]) -> None:
         name, where = key.rsplit(".", 1)[-1], f"{group}.init_args.{key} = {value}"
         if isinstance(value, int) and value < 0 and COUNT_NAME.match(name):
             raise ZooError(f"{where}: a count or size cannot be negative")
+        if SIZE_NAME.match(name) and not value > 0:
+            raise ZooError(f"{where}: a size must be positive")
+        if EPS_NAME.match(name) and value < 0:
+            raise ZooError(f"{where}: an epsilon cannot be negative")
         if isinstance(value, int) and value < 0 and SEED_NAME.match(name):
             raise ZooError(f"{where}: seeds are non-negative integers (numpy's rule)")
         if DROPOUT_NAME.match(name) and not 0 <= value <= 1:

@@ -25,6 +25,17 @@ def resolve_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
     return _DTYPES[name]
 
 
+def config_errors() -> tuple[type[Exception], ...]:
+    """What building a transformers model from config values raises on a bad value: ValueError or KeyError (an
+    activation name), torch's RuntimeError (a negative rotary share), and, for the config classes that validate
+    themselves, huggingface_hub's strict-dataclass error (not a ValueError)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # huggingface_hub before strict dataclasses
+        return ValueError, KeyError, RuntimeError
+    return ValueError, KeyError, RuntimeError, StrictDataclassError
+
+
 def load_tokenizer(name: str):
     """`"byt5"` gives the file-free byte tokenizer; anything else goes through `AutoTokenizer`."""
     from transformers import AutoTokenizer, ByT5Tokenizer
@@ -53,9 +64,10 @@ def build_causal_lm(model: str | dict[str, Any], torch_dtype: str | None = None,
             raise ZooError("a model config dict needs 'model_type' (e.g. 'llama', 'gpt_neox', 'gpt_neo')")
         try:
             config = AutoConfig.for_model(model_type, **cfg)
-        except ValueError as e:
-            raise ZooError(f"bad model config for {model_type!r}: {e}") from e
-        lm = AutoModelForCausalLM.from_config(config, **kwargs)
+            # building random weights fails only on the config's values (an activation name, a rotary share < 0)
+            lm = AutoModelForCausalLM.from_config(config, **kwargs)
+        except config_errors() as e:
+            raise ZooError(f"bad model config for {model_type!r}: {type(e).__name__}: {e}") from e
         return lm.to(dtype) if dtype is not None else lm
     try:
         lm = AutoModelForCausalLM.from_pretrained(model, dtype=dtype, **kwargs)

@@ -343,16 +343,29 @@ class ZooCLI(LightningCLI):
         return flatten(self._parser(self.subcommand).dump(self._cfg(), format="yaml", skip_unset=False))
 
     def after_fit(self) -> None:
+        self._check_batches("training", [self.trainer.num_training_batches], "trained")
         self._report()
 
     def after_test(self) -> None:
+        self._check_batches("test", self.trainer.num_test_batches, "evaluated")
         self._report()
 
     def after_validate(self) -> None:
+        self._check_batches("validation", self.trainer.num_val_batches, "evaluated")
         self._report()
 
     def after_predict(self) -> None:
+        self._check_batches("prediction", self.trainer.num_predict_batches, "predicted")
         self._report()
+
+    @staticmethod
+    def _check_batches(split: str, counts: list, done: str) -> None:
+        """Lightning ends a command whose data has no batches with a warning or an info line ("No training
+        batches"), and the run would look done: a card with no metrics, a fit with no checkpoint. Raising here
+        also removes the run dir the command created."""
+        if not any(counts):
+            raise ZooError(f"the {split} data has no batches (an empty split, e.g. a data setting of 0 samples, or "
+                           f"fewer samples than a batch with drop_last): nothing was {done}")
 
     def _report(self) -> None:
         from lightning.pytorch.loggers import WandbLogger

@@ -107,6 +107,9 @@ def test_module_refuses_bad_settings():
         DPODiffModule(stack=tiny, candidates="json")
     with pytest.raises(ZooError, match="unknown tiny stack keys"):
         DPODiffModule(stack={"width": 3}, num_inference_steps=30)
+    for bad in ({"hidden": 0}, {"clip_patch": -1}, {"unet_channels": [8, 0]}):  # were tracebacks from diffusers
+        with pytest.raises(ZooError, match=f"tiny stack sizes must be positive integers, got {next(iter(bad))}="):
+            DPODiffModule(stack={**tiny, **bad}, num_inference_steps=30)
 
 
 def test_a_prompt_without_candidates_is_skipped_and_counted_not_the_end_of_the_run(in_tmp):

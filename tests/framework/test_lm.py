@@ -40,6 +40,11 @@ def test_sampling_returns_n_completions_and_stop_strings_cut():
 def test_bad_model_and_tokenizer_names_are_clear():
     with pytest.raises(ZooError, match="model_type"):
         build_causal_lm({"hidden_size": 8})
+    tiny = {"model_type": "gpt_neox", "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 32, "vocab_size": 64}
+    for bad in ({"hidden_act": "nope"}, {"rotary_pct": -1.0}):  # transformers' KeyError; torch's RuntimeError
+        with pytest.raises(ZooError, match="bad model config for 'gpt_neox'"):
+            build_causal_lm({**tiny, **bad})
     with pytest.raises(ZooError, match="no-such-org/no-such-model"):
         build_causal_lm("no-such-org/no-such-model")
     with pytest.raises(ZooError, match="no-such-org/tok"):

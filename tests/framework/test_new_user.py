@@ -45,6 +45,7 @@ def bad_files(tmp_path):
     (["--checkpoint_every_n_steps", "0"], "checkpoint_every_n_steps must be a positive number"),
     (["--data.init_args.batch_size", "-4"], "data.init_args.batch_size = -4: a count or size cannot be negative"),
     (["--data.init_args.seed", "-1"], "data.init_args.seed = -1: seeds are non-negative integers"),
+    (["--data.init_args.n", "0"], "the training data has no batches"),  # Lightning: a run dir with no checkpoint
     (["--run_dir", "{tmp}/list.yaml"], "cannot create the run dir {tmp}/list.yaml (File exists"),
     (["--run_root", "{tmp}/list.yaml"], "cannot create the run dir {tmp}/list.yaml/toy (Not a directory"),
 ])
@@ -59,6 +60,14 @@ def test_bad_inputs_are_one_line_errors_and_leave_no_run_dir(in_tmp, toy_config,
     assert needle.replace("{tmp}", str(bad_files)) in _one_error(capsys)
     after = set(Path("runs").rglob("config.yaml")) if Path("runs").exists() else set()
     assert after == before, "a failed run left a run dir behind"
+
+
+@pytest.mark.parametrize("verb, split", [("test", "test"), ("validate", "validation"), ("predict", "prediction")])
+def test_an_evaluation_with_no_data_is_a_one_line_error(in_tmp, toy_config, capsys, verb, split):
+    """Lightning only warns that the loader is empty; the run dir would hold a card with no metrics."""
+    assert main([verb, "--config", str(toy_config), "--wandb_mode", "disabled", "--data.init_args.n", "0"]) == 2
+    assert f"the {split} data has no batches" in _one_error(capsys)
+    assert not Path("runs").exists() or not list(Path("runs").rglob("config.yaml"))
 
 
 def test_a_run_that_fails_after_training_started_is_marked_failed(in_tmp, toy_config, capsys):
@@ -176,13 +185,21 @@ def test_range_check_reads_names_nested_settings_and_leaves_sentinels_alone():
             check_ranges("model", {name: -1})
     with pytest.raises(ZooError, match=r"model.init_args.t5_config.num_layers = -2: a count or size"):
         check_ranges("model", {"t5_config": {"num_layers": -2, "d_model": 8}})
+    for name in ("hidden_size", "vocab_size", "num_key_value_heads", "d_kv", "image_size", "n_components", "seq_length",
+                 "norm_num_groups", "layers_per_block", "max_position_embeddings", "relative_attention_max_distance",
+                 "num_layers", "voxel_size", "sf", "render_dpi", "bin_interval", "bandwidth"):
+        with pytest.raises(ZooError, match=rf"model.init_args.m.{name} = 0: a size must be positive"):
+            check_ranges("model", {"m": {name: 0}})
+    with pytest.raises(ZooError, match=r"model.init_args.t5_config.layer_norm_epsilon = -1.0: an epsilon cannot be"):
+        check_ranges("model", {"t5_config": {"layer_norm_epsilon": -1.0}})
     with pytest.raises(ZooError, match=r"model.init_args.lora_dropout = -0.5: a dropout probability lies in \[0, 1\]"):
         check_ranges("model", {"lora_dropout": -0.5})
     with pytest.raises(ZooError, match=r"model.init_args.cpu_seconds = 0: sandbox limits must be positive"):
         check_ranges("model", {"cpu_seconds": 0})
     # joblib's n_jobs=-1 (every core), a sentinel like nan_at_step=-1, indices, floats and zero pass
     check_ranges("model", {"n_jobs": -1, "nan_at_step": -1, "feature_index": -1, "shift": -3, "strength": -1.0,
-                           "n_val": 0, "flag": False, "dropout": 1.0, "cpu_seconds": 0.5})
+                           "n_val": 0, "flag": False, "dropout": 1.0, "cpu_seconds": 0.5, "num_hidden_layers": 0,
+                           "n_hidden_layers": 0, "eps": 0.0, "min_distance": 0, "num_workers": 0})
 
 
 def test_learning_rates_at_zero_are_refused_only_when_nothing_would_train():
@@ -364,3 +381,19 @@ def test_every_option_of_a_zoo_command_is_explained_by_its_help(verb, capsys):
     for param in inspect.signature(fn).parameters:
         assert described.get(param), f"zoo {verb} --help: --{param} has no description"
         assert " ".join(described[param].split()[:4]) in shown, f"zoo {verb} --help does not show --{param}'s text"
+
+
+def test_the_settings_fuzzer_tells_one_line_refusals_from_tracebacks(tmp_path, toy_config):
+    """tests/support/fuzz_settings.py (the tool that found the size-0 and nested-override tracebacks): the toy's
+    `hidden` at 0 or -1 is refused in one line, its `sleep` at -1.0 reaches time.sleep in a training step and raises."""
+    from fuzz_settings import main as fuzz
+
+    config, out = tmp_path / "toy.yaml", tmp_path / "fuzz.jsonl"
+    config.write_text(toy_config.read_text().replace("    hidden: 8\n", "    hidden: 8\n    sleep: 0.0\n"))
+    assert fuzz(["--config", str(config), "--keys", "hidden,sleep", "--jobs", "1", "--out", str(out)]) == 1
+    got = {(r["key"], r["value"]): r for r in map(json.loads, out.read_text().splitlines())}
+    assert sorted(got) == [("model.init_args.hidden", "-1"), ("model.init_args.hidden", "0"),
+                           ("model.init_args.sleep", "-1.0")]
+    assert got["model.init_args.hidden", "0"]["rc"] == got["model.init_args.hidden", "-1"]["rc"] == 2
+    assert got["model.init_args.sleep", "-1.0"]["rc"] == 99 and "sleep length must be non-negative" in \
+        got["model.init_args.sleep", "-1.0"]["last"]

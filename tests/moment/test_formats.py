@@ -224,6 +224,14 @@ def test_bad_datamodule_arguments():
         ETTh1DataModule(source="embedded", stride=0)
     with pytest.raises(ZooError, match="train_rows, val_rows and test_rows must be positive, got 8640, 0, 2880"):
         ETTh1DataModule(source="embedded", val_rows=0)
+    # embedded data sized to nothing: was an IndexError, a "low >= high" and a StandardScaler error mid-run, and a
+    # negative train_end was taken from the end of the series
+    with pytest.raises(ZooError, match="n_train, n_test >= 1 and n_classes >= 2, got 60, 0 and 3"):
+        UCRClassificationDataModule(source="embedded", embedded_n_test=0).setup("fit")
+    for length, end in ((0, 1536), (4096, 0), (4096, -1), (2036, 1536)):
+        with pytest.raises(ZooError, match=f"train_end {end}, length {length}"):
+            UCRAnomalyDataModule(source="embedded", embedded_length=length, embedded_train_end=end).setup("test")
+    UCRAnomalyDataModule(source="embedded", embedded_length=2037, embedded_train_end=1536).setup("test")  # the least
 
 
 def test_each_evaluation_stage_reads_its_family_split():

@@ -146,6 +146,10 @@ def test_module_argument_errors(tiny_t5):
         MOMENTReconstructionModule(pretrained=None, t5_config=tiny_t5, mask_ratio=1.0)
     with pytest.raises(ZooError, match="does not exist"):
         MOMENTEmbeddingSVMModule(pretrained="runs/none/last.ckpt")
+    # transformers' KeyError (an activation it does not know) and its validation error (a form it does not read)
+    for bad in ({"feed_forward_proj": "gated-nope"}, {"feed_forward_proj": "a-b-c"}):
+        with pytest.raises(ZooError, match="cannot build MOMENT's T5 encoder from t5_config"):
+            MOMENTReconstructionModule(pretrained=None, t5_config={**tiny_t5, **bad})
 
 
 def test_pretraining_learning_rates_are_the_official_loops(tmp_path, tiny_t5):

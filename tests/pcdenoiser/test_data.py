@@ -115,6 +115,9 @@ def test_local_poisson_deblurring_of_an_uncut_image_cropped_to_a_multiple_of_8(l
     assert "datasets" not in dm.card_metadata()  # one image: not the released BSD68 (68 images)
     with pytest.raises(ZooError, match="crop_multiple"):
         RestorationDataModule(source="local", crop_multiple=0)
+    with pytest.raises(ZooError, match="task 'deblur' needs blur kernels"):  # was an empty test set, without a word
+        RestorationDataModule(source="skimage", skimage_test=["camera"], image_size=16, task="deblur",
+                              n_synthetic_kernels=0).setup("test")
 
 
 def test_skimage_source_with_synthetic_kernels_for_every_task():

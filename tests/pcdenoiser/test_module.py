@@ -77,6 +77,7 @@ def test_fit_then_restore_with_init_from(tmp_path):
     (dict(channels=2), "channels must be 1"),
     (dict(k=1.0), "k must be in"),
     (dict(admm_rho=0.0), "admm_rho must be > 0"),
+    (dict(hqs_decay=-1.0), "hqs_decay must be > 0"),
     (dict(ishikawa_outer="gamma"), "ishikawa_outer must be"),
 ])
 def test_bad_configuration_is_refused(kwargs, match):

@@ -14,6 +14,7 @@ from torch import nn
 from transformers import T5Config, T5EncoderModel
 
 from zoo.errors import ZooError
+from zoo.lm import config_errors
 from zoo.moment.embedding import PatchEmbedding, patchify
 from zoo.moment.heads import ClassificationHead, ForecastingHead, ReconstructionHead
 from zoo.moment.masking import patch_view, random_patch_mask
@@ -85,7 +86,10 @@ class MOMENT(nn.Module):
         # The encoder stack of a T5EncoderModel built from the checkpoint's T5 config (flan-t5-{small,base,large}
         # shapes). Its token embedding is never used (inputs are patch embeddings) but is kept: the official
         # checkpoints hold it, and loading stays strict.
-        self.encoder = T5EncoderModel(T5Config.from_dict(dict(c.t5_config))).get_encoder()
+        try:
+            self.encoder = T5EncoderModel(T5Config.from_dict(dict(c.t5_config))).get_encoder()
+        except config_errors() as e:  # transformers' checks (feed_forward_proj's form, its activation)
+            raise ZooError(f"cannot build MOMENT's T5 encoder from t5_config: {type(e).__name__}: {e}") from e
         self.head = self._build_head()
 
     def _build_head(self) -> nn.Module:

@@ -142,6 +142,8 @@ class PCDenoiserModule(HubMixin, L.LightningModule):
             raise ZooError("power_iters, diagnostic_iters, iters and admm_iters must be >= 1")
         if admm_rho <= 0:
             raise ZooError(f"admm_rho must be > 0, got {admm_rho}")
+        if hqs_decay is not None and hqs_decay <= 0:  # the official 1.02 / 1.025: lam / decay^k, sigma / decay^(k/2)
+            raise ZooError(f"hqs_decay must be > 0, got {hqs_decay}")
         if ishikawa_outer not in ("alpha", "beta"):
             raise ZooError(f"ishikawa_outer must be 'alpha' or 'beta', got {ishikawa_outer!r}")
         self.denoiser = build_denoiser(denoiser, channels, nc, nb, dncnn_features, dncnn_depth)

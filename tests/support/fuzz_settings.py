@@ -1,0 +1,137 @@
+"""Fuzz the settings of the smoke configs: every numeric model/data setting at 0 and -1 (floats at -1.0), every short
+string at a bogus value, each run with its paper's first smoke verb. A run must end with exit status 0 or 2 (the
+one-line `zoo: error: ...`); one that raises (a traceback) or is killed is a finding. Settings are taken once per
+(class, key, value) across the configs.
+
+    python tests/support/fuzz_settings.py [--jobs 2] [--config configs/smoke/x.yaml ...] [--keys lr,seed]
+                                          [--out fuzz.jsonl] [--timeout 180]
+
+The parent imports the CLI once and forks a child per run, so a run costs its own work, not torch's import. A run
+that ends with status 0 on a value that makes no sense (an accepted size of 0) is listed too: read those by hand.
+Prints the findings and exits 1 if a run raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BOGUS = "zz_bogus"
+
+
+def cases(configs: list[Path], keys: set[str] | None) -> list[tuple[str, str, str, str]]:
+    """(config, dotted setting, value, verb) for every setting worth trying, once per (class, key, value)."""
+    import yaml
+
+    from zoo.configs import flatten
+    from zoo.registry import PAPERS
+
+    verb = {str(p.config_path(c, smoke=True)): p.smoke_verbs[0] for p in PAPERS.values() for c in p.configs}
+    out, seen = [], set()
+    for config in configs:
+        cfg = yaml.safe_load(config.read_text()) or {}
+        for group in ("model", "data"):
+            section = cfg.get(group) or {}
+            for key, value in flatten(section.get("init_args") or {}).items():
+                if keys is not None and key.rsplit(".", 1)[-1] not in keys:
+                    continue
+                if isinstance(value, bool):
+                    values = []
+                elif isinstance(value, int):
+                    values = ["-1", "0"]
+                elif isinstance(value, float):
+                    values = ["-1.0"]
+                else:
+                    values = [BOGUS] if isinstance(value, str) and len(value) < 40 and "/" not in value else []
+                for v in values:
+                    if (section.get("class_path"), key, v) not in seen:
+                        seen.add((section.get("class_path"), key, v))
+                        out.append((str(config), f"{group}.init_args.{key}", v, verb.get(str(config), "fit")))
+    return out
+
+
+def _child(argv: list[str], log: Path) -> None:
+    os.chdir(ROOT)  # smoke configs name data paths from the repository root
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = sys.stderr = open(fd, "w", buffering=1, closefd=False)  # also where pytest had replaced them
+    from zoo.cli import main
+
+    try:
+        rc = main(argv)
+    except BaseException:  # noqa: BLE001 - the traceback is the finding
+        traceback.print_exc()
+        rc = 99
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc if isinstance(rc, int) else 98)
+
+
+def run(todo: list[tuple[str, str, str, str]], jobs: int, timeout: float, work: Path) -> list[dict]:
+    import torch  # noqa: F401 - imported once here, inherited by every forked run
+
+    import zoo.cli  # noqa: F401
+    import zoo.trainer  # noqa: F401
+
+    results, running, queue = [], {}, list(enumerate(todo))
+    while queue or running:
+        while queue and len(running) < jobs:
+            i, (config, key, value, verb) = queue.pop(0)
+            log = work / f"{i}.log"
+            argv = [verb, "--config", config, f"--{key}={value}", "--run_root", str(work / "runs"),
+                    "--wandb_mode", "disabled"]
+            pid = os.fork()
+            if pid == 0:
+                _child(argv, log)
+            running[pid] = (i, time.time(), log)
+        for pid, (i, start, log) in list(running.items()):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            killed = not done and time.time() - start > timeout
+            if killed:
+                os.kill(pid, 9)
+                done, status = os.waitpid(pid, 0)
+            if done:
+                del running[pid]
+                config, key, value, verb = todo[i]
+                text = log.read_text(errors="replace")
+                lines = [ln for ln in text.splitlines() if "zoo: error:" in ln or "Error" in ln]
+                results.append({"config": config, "key": key, "value": value, "verb": verb, "killed": killed,
+                                "rc": os.waitstatus_to_exitcode(status), "last": (lines or [""])[-1][:300]})
+        time.sleep(0.05)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", nargs="*", type=Path, help="configs to fuzz (default: every smoke config)")
+    ap.add_argument("--keys", help="comma-separated setting names (the last part of the dotted key) to try")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=180.0, help="seconds a run may take before it is killed")
+    ap.add_argument("--out", type=Path, help="write every run's result here (JSON lines)")
+    args = ap.parse_args(argv)
+    configs = args.config or sorted((ROOT / "configs" / "smoke").glob("*.yaml"))
+    todo = cases([Path(c).resolve() for c in configs], set(args.keys.split(",")) if args.keys else None)
+    with tempfile.TemporaryDirectory(prefix="zoo-fuzz-") as work:
+        results = run(todo, args.jobs, args.timeout, Path(work))
+    if args.out:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in results))
+    raised = [r for r in results if r["rc"] not in (0, 2)]
+    for r in sorted(results, key=lambda r: (r["rc"] in (0, 2), r["rc"], r["config"])):
+        if r["rc"] != 2:
+            print(f"{'RAISED' if r in raised else 'ACCEPTED'} {r['verb']} {Path(r['config']).name} "
+                  f"--{r['key']}={r['value']} (status {r['rc']}{', killed' if r['killed'] else ''}) {r['last']}")
+    print(f"{len(results)} runs: {sum(r['rc'] == 2 for r in results)} refused in one line, "
+          f"{sum(r['rc'] == 0 for r in results)} accepted, {len(raised)} raised")
+    return 1 if raised else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
