@@ -202,10 +202,18 @@ def check_processes(class_path: str, subcommand: str, trainer: dict[str, Any]) -
         raise ZooError(f"{reason}; set --trainer.devices 1 (and --trainer.num_nodes 1)")
 
 
+def check_seed(seed: Any) -> None:
+    """`seed_everything` (an integer, or true/false): Lightning seeds right after parsing, and numpy refuses a seed
+    outside [0, 2**32 - 1] there with a traceback."""
+    if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:
+        raise ZooError(f"seed_everything = {seed}: seeds are integers in [0, 2**32 - 1] (numpy's rule)")
+
+
 def check_trainer_settings(trainer: dict[str, Any], subcommand: str = "fit") -> None:
     """Trainer options Lightning accepts but the zoo cannot honour, or Lightning itself would fail on late:
     `default_root_dir` (every run gets its own dir under --run_root, so it was silently ignored),
-    `check_val_every_n_epoch` 0 or negative (a ZeroDivisionError at the first epoch end, or no validation), and a
+    `check_val_every_n_epoch` 0 or negative (a ZeroDivisionError at the first epoch end, or no validation), likewise
+    `accumulate_grad_batches` and `val_check_interval` below 1 or 0, a negative `gradient_clip_val`, and a
     `zoo fit` that cannot take a step (`max_steps`, `max_epochs` or `limit_train_batches` 0: Lightning skipped the
     loop without a word and the run dir got a card but no checkpoint)."""
     if subcommand == "fit":
@@ -221,3 +229,15 @@ def check_trainer_settings(trainer: dict[str, Any], subcommand: str = "fit") -> 
     if isinstance(every, int) and not isinstance(every, bool) and every < 1:
         raise ZooError(f"trainer.check_val_every_n_epoch = {every}: validate every N >= 1 epochs, or set it to null "
                        f"(with val_check_interval in steps)")
+    # Lightning takes these and fails mid-run (a ZeroDivisionError at the first step or validation check), or, for a
+    # negative clip value, skips clipping without a word (it clips only above 0)
+    number = {k: v for k, v in trainer.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if number.get("accumulate_grad_batches", 1) < 1:
+        raise ZooError(f"trainer.accumulate_grad_batches = {number['accumulate_grad_batches']}: accumulate over N >= 1 "
+                       f"batches")
+    if number.get("val_check_interval", 1) <= 0:
+        raise ZooError(f"trainer.val_check_interval = {number['val_check_interval']}: give a positive number of "
+                       f"steps, or a fraction of an epoch in (0, 1]")
+    if number.get("gradient_clip_val", 0) < 0:
+        raise ZooError(f"trainer.gradient_clip_val = {number['gradient_clip_val']}: a clip value is >= 0 (0 or null: "
+                       f"no clipping)")

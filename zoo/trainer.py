@@ -28,6 +28,7 @@ from zoo.checks import (
     check_init_args,
     check_processes,
     check_resume_settings,
+    check_seed,
     check_trainer_settings,
     check_verb,
     one_process_reason,
@@ -207,6 +208,7 @@ class ZooCLI(LightningCLI):
         cfg = self.config.get(sub) if sub else None
         self.requested_model, self.requested_class = None, None
         if cfg is not None:
+            check_seed(cfg.get("seed_everything"))  # Lightning seeds before any other hook
             check_checkpoint(cfg.get("ckpt_path"))
             # before Lightning replaces the model's settings with the checkpoint's (see before_instantiate_classes)
             self.requested_model = _init_args(cfg.get("model"))

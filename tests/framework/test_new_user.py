@@ -38,6 +38,11 @@ def bad_files(tmp_path):
     (["--ckpt_path", "{tmp}/truncated.ckpt"], "is not a readable PyTorch checkpoint"),
     (["--ckpt_path", "{tmp}/missing.ckpt"], "missing.ckpt does not exist"),
     (["--trainer.max_steps", "-5"], "max_steps"),
+    # Lightning took these: a ZeroDivisionError mid-run, numpy's seed error, clipping skipped without a word
+    (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches = 0: accumulate over N >= 1"),
+    (["--trainer.val_check_interval", "0"], "trainer.val_check_interval = 0: give a positive number of steps"),
+    (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val = -1: a clip value is >= 0"),
+    (["--seed_everything", "-1"], "seed_everything = -1: seeds are integers in [0, 2**32 - 1]"),
     (["--config", "{tmp}/list.yaml"], "is a YAML list, not a mapping of options"),
     (["--config", "{tmp}/empty.yaml"], "empty.yaml is empty"),
     (["--model.init_args.lr", "-0.1"], "model.init_args.lr = -0.1 is a negative learning rate"),
