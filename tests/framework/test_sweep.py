@@ -255,6 +255,16 @@ def test_bad_sweep_files_fail_before_anything_runs(in_tmp, toy_config, capsys, s
     assert not (in_tmp / "runs").exists()
 
 
+@pytest.mark.parametrize("option, needle", [(["--jobs", "0"], "--jobs must be at least 1, got 0"),
+                                            (["--threads", "-1"], "--threads must be at least 1, got -1")])
+def test_bad_sweep_options_fail_before_anything_runs(in_tmp, toy_config, capsys, option, needle):
+    """--threads -1 used to start every point, each task dying in torch.set_num_threads."""
+    (in_tmp / "s.yaml").write_text(yaml.safe_dump({"config": str(toy_config)}))
+    assert main(["sweep", str(in_tmp / "s.yaml"), *option]) == 2
+    assert capsys.readouterr().err.strip() == f"zoo: error: {needle}"
+    assert not (in_tmp / "runs").exists()
+
+
 def test_a_sweep_may_freeze_one_part_of_a_model_with_a_zero_rate(tmp_path):
     from zoo.sweep.runner import validate
 

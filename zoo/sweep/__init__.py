@@ -61,6 +61,8 @@ def sweep(file: str, jobs: int = 1, executor: Literal["local", "slurm", "submiti
     spec = load_sweep(file, name)
     if jobs < 1:
         raise ZooError(f"--jobs must be at least 1, got {jobs}")
+    if threads is not None and threads < 1:  # each task process would die in torch.set_num_threads
+        raise ZooError(f"--threads must be at least 1, got {threads}")
     sweep_dir = Path(sweep_root) / spec.name
     tasks = expand(spec, sweep_dir)
     validate(tasks)
