@@ -76,5 +76,5 @@ def test_zero_batch_size_is_a_one_line_error(in_tmp, capsys):
         GSM8KDataModule(source="embedded", batch_size=0)
     cfg = str(ROOT / "configs" / "smoke" / "rosa_gsm8k.yaml")
     assert main(["fit", "--config", cfg, "--wandb_mode", "disabled", "--data.init_args.batch_size", "0"]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "zoo: error: GSM8KDataModule: batch_size must be >= 1, got 0")
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (  # the settings check, before anything is built
+        "zoo: error: data.init_args.batch_size = 0: a size must be positive")

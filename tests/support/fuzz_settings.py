@@ -4,7 +4,7 @@ one-line `zoo: error: ...`); one that raises (a traceback) or is killed is a fin
 (class, key, value) across the configs.
 
     python tests/support/fuzz_settings.py [--jobs 2] [--config configs/smoke/x.yaml ...] [--keys lr,seed]
-                                          [--out fuzz.jsonl] [--timeout 180]
+                                          [--verb test] [--out fuzz.jsonl] [--timeout 180]
 
 The parent imports the CLI once and forks a child per run, so a run costs its own work, not torch's import. A run
 that ends with status 0 on a value that makes no sense (an accepted size of 0) is listed too: read those by hand.
@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BOGUS = "zz_bogus"
 
 
-def cases(configs: list[Path], keys: set[str] | None) -> list[tuple[str, str, str, str]]:
+def cases(configs: list[Path], keys: set[str] | None,
+          verb_override: str | None = None) -> list[tuple[str, str, str, str]]:
     """(config, dotted setting, value, verb) for every setting worth trying, once per (class, key, value)."""
     import yaml
 
@@ -53,7 +54,8 @@ def cases(configs: list[Path], keys: set[str] | None) -> list[tuple[str, str, st
                 for v in values:
                     if (section.get("class_path"), key, v) not in seen:
                         seen.add((section.get("class_path"), key, v))
-                        out.append((str(config), f"{group}.init_args.{key}", v, verb.get(str(config), "fit")))
+                        out.append((str(config), f"{group}.init_args.{key}", v,
+                                    verb_override or verb.get(str(config), "fit")))
     return out
 
 
@@ -62,7 +64,7 @@ def _child(argv: list[str], log: Path) -> None:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    sys.stdout = sys.stderr = open(fd, "w", buffering=1, closefd=False)  # also where pytest had replaced them
+    sys.stdout = sys.stderr = open(fd, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives until os._exit
     from zoo.cli import main
 
     try:
@@ -78,7 +80,7 @@ def _child(argv: list[str], log: Path) -> None:
 def run(todo: list[tuple[str, str, str, str]], jobs: int, timeout: float, work: Path) -> list[dict]:
     import torch  # noqa: F401 - imported once here, inherited by every forked run
 
-    import zoo.cli  # noqa: F401
+    import zoo.cli
     import zoo.trainer  # noqa: F401
 
     results, running, queue = [], {}, list(enumerate(todo))
@@ -113,12 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", nargs="*", type=Path, help="configs to fuzz (default: every smoke config)")
     ap.add_argument("--keys", help="comma-separated setting names (the last part of the dotted key) to try")
+    ap.add_argument("--verb", choices=("fit", "validate", "test", "predict"),
+                    help="run every case with this verb (default: each paper's first smoke verb)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds a run may take before it is killed")
     ap.add_argument("--out", type=Path, help="write every run's result here (JSON lines)")
     args = ap.parse_args(argv)
     configs = args.config or sorted((ROOT / "configs" / "smoke").glob("*.yaml"))
-    todo = cases([Path(c).resolve() for c in configs], set(args.keys.split(",")) if args.keys else None)
+    todo = cases([Path(c).resolve() for c in configs], set(args.keys.split(",")) if args.keys else None, args.verb)
     with tempfile.TemporaryDirectory(prefix="zoo-fuzz-") as work:
         results = run(todo, args.jobs, args.timeout, Path(work))
     if args.out:
