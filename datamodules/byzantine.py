@@ -307,9 +307,9 @@ class ByzantineDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         refuse_unread_files(self, source, locals())
-        if machines < 2 or n_per_machine < 2 or n_repeats < 1:
-            raise ZooError(f"need machines >= 2, n_per_machine >= 2, n_repeats >= 1; got {machines}, "
-                           f"{n_per_machine}, {n_repeats}")
+        if machines < 2 or n_per_machine < 2 or n_repeats < 1 or repeats_per_batch < 1:
+            raise ZooError(f"need machines >= 2, n_per_machine >= 2, n_repeats >= 1, repeats_per_batch >= 1; got "
+                           f"{machines}, {n_per_machine}, {n_repeats}, {repeats_per_batch}")
         if n_per_machine % 2:
             raise ZooError(f"n_per_machine={n_per_machine} must be even (two equal halves per machine)")
         if not -1 < rho < 1:

@@ -301,6 +301,9 @@ class GSM8KDataModule(L.LightningDataModule):
                             ("max_length", max_length)):
             if value < 1:
                 raise ZooError(f"GSM8KDataModule: {name} must be >= 1, got {value}")
+        for name, value in (("num_train", num_train), ("num_test", num_test)):  # 0 was read as "no limit": all rows
+            if value is not None and value < 1:
+                raise ZooError(f"GSM8KDataModule: {name} must be >= 1 (or null for every row), got {value}")
         self.tokenizer = None
         self.is_release, self.read_rows = False, {}
         self.train_rows: list[dict] = []

@@ -136,6 +136,8 @@ def test_digits_and_gaussian_sources():
     blocks = list(gm.test_dataloader())
     assert [b["xbar1"].shape for b in blocks] == [(4, 10, 3), (3, 10, 3)] and blocks[0]["n_half"] == 20
     assert gm.model_kind == "location" and gm.n_features == 3
+    with pytest.raises(ZooError, match="repeats_per_batch >= 1; got 11, 40, 7, 0"):  # was a ZeroDivisionError in test
+        ByzantineDataModule(source="gaussian", machines=11, n_per_machine=40, n_repeats=7, repeats_per_batch=0)
     big = ByzantineDataModule(source="gaussian", machines=2, n_per_machine=40, dim=3, rho=0.5, n_master=20000)
     big.setup("fit")
     cov = np.cov(big._master.numpy().T)

@@ -74,6 +74,9 @@ def test_an_answer_without_its_number_line_is_named(tmp_path):
 def test_zero_batch_size_is_a_one_line_error(in_tmp, capsys):
     with pytest.raises(ZooError, match="batch_size must be >= 1, got 0"):
         GSM8KDataModule(source="embedded", batch_size=0)
+    for name in ("num_train", "num_test"):  # 0 was read as no limit: every row
+        with pytest.raises(ZooError, match=rf"{name} must be >= 1 .or null for every row., got 0"):
+            GSM8KDataModule(source="embedded", **{name: 0})
     cfg = str(ROOT / "configs" / "smoke" / "rosa_gsm8k.yaml")
     assert main(["fit", "--config", cfg, "--wandb_mode", "disabled", "--data.init_args.batch_size", "0"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (  # the settings check, before anything is built
