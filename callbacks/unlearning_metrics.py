@@ -27,8 +27,8 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 
 from zoo.errors import ZooError
-from zoo.unlearning.metrics import (SequenceScores, attack_auc, check_disjoint, check_window, outlier_counts,
-                                    outlier_sides, score_sequences, unseen_thresholds)
+from zoo.unlearning.metrics import (SequenceScores, attack_auc, check_disjoint, check_el_n, check_window,
+                                    outlier_counts, outlier_sides, score_sequences, unseen_thresholds)
 
 TABLE = "unlearning_metrics.csv"
 
@@ -57,6 +57,7 @@ class UnlearningMetrics(pl.Callback):
             fit_evaluation: evaluate while fitting (`init/` at the start, `val/` per epoch and at the end); False:
                 at test only (the memorize stage, which starts from a random model and is scored by `zoo test`).
         """
+        check_el_n(el_n)
         self.el_n, self.threshold_std, self.every = el_n, threshold_std, max(1, every_n_epochs)
         self.outlier_std = outlier_std
         self.unseen_el_every_epoch, self.batch_size = unseen_el_every_epoch, eval_batch_size

@@ -151,6 +151,17 @@ def test_bad_settings_are_refused(tiny_config, kw, match):
         UnlearningModule(model=tiny_config, method="tau", **kw)
 
 
+def test_el_n_below_1_is_refused_where_it_is_set(tiny_config):
+    """A 0 reached the scoring of `zoo test` (a TypeError there); each place el_n is set refuses it."""
+    from callbacks.unlearning_metrics import UnlearningMetrics
+    from zoo.unlearning import MemorizeModule
+
+    for build in (lambda: UnlearningModule(model=tiny_config, el_n=0),
+                  lambda: MemorizeModule(model=tiny_config, el_n=0), lambda: UnlearningMetrics(el_n=0)):
+        with pytest.raises(ZooError, match="el_n must be >= 1, got 0"):
+            build()
+
+
 def test_task_arithmetic_in_place_matches_the_returned_dict():
     g = torch.Generator().manual_seed(0)
     base = {"a": torch.randn(3, 4, generator=g), "b": torch.randn(5, generator=g)}

@@ -60,10 +60,16 @@ def extraction_likelihood(tokens: Sequence[int], continuations: Sequence[Sequenc
 
 
 # ------------------------------------------------------------------------------------------------ bad input
-def check_window(lengths: Sequence[int], n: int, doc_ids: Sequence[str] | None = None, what: str = "forget") -> None:
-    """EL_n needs at least one suffix with n tokens: every sequence must have more than n tokens."""
+def check_el_n(n: int) -> None:
+    """EL_n averages over suffixes of n >= 1 tokens (checked where a module or callback is built: a 0 reached the
+    scoring of a test run)."""
     if n < 1:
         raise ZooError(f"el_n must be >= 1, got {n}")
+
+
+def check_window(lengths: Sequence[int], n: int, doc_ids: Sequence[str] | None = None, what: str = "forget") -> None:
+    """EL_n needs at least one suffix with n tokens: every sequence must have more than n tokens."""
+    check_el_n(n)
     short = [i for i, L in enumerate(lengths) if int(L) <= n]
     if short:
         i = short[0]

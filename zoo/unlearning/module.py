@@ -42,8 +42,8 @@ from zoo.errors import ZooError
 from zoo.hub import HubMixin, check_state_fits, load_weights, resolve_weights
 from zoo.lm import build_causal_lm
 from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, select_for_ascent, snapshot, task_arithmetic
-from zoo.unlearning.metrics import (SequenceScores, check_disjoint, check_window, outlier_band, score_sequences,
-                                    unseen_threshold, unseen_thresholds)
+from zoo.unlearning.metrics import (SequenceScores, check_disjoint, check_el_n, check_window, outlier_band,
+                                    score_sequences, unseen_threshold, unseen_thresholds)
 
 METHODS = ("ga", "sga", "ta", "tau")
 # The paper's TAU already is SGA followed by task arithmetic (official run name "sga+ta"); "sgatau" names it too.
@@ -182,6 +182,7 @@ class MemorizeModule(_CausalLMStage):
             raise ZooError(f"lr must be > 0, got {lr}")
         if outlier_std < 0:  # the band mean -/+ outlier_std std turned inside out
             raise ZooError(f"outlier_std must be >= 0, got {outlier_std}")
+        check_el_n(el_n)
         self._build_lm(model, torch_dtype, model_kwargs)
         self._levels: tuple[Any, dict[str, float]] | None = None
 
@@ -308,6 +309,7 @@ class UnlearningModule(_CausalLMStage):
             raise ZooError(f"outlier_low {outlier_low} is above outlier_high {outlier_high}")
         if outlier_std < 0:
             raise ZooError(f"outlier_std must be >= 0, got {outlier_std}")
+        check_el_n(el_n)
         if lr <= 0:  # the run went through and unlearned nothing
             raise ZooError(f"lr must be > 0, got {lr}")
         if not all(0 <= b < 1 for b in betas):
