@@ -67,10 +67,15 @@ COUNT_NAME = re.compile(
 SIZE_NAME = re.compile(
     r"^(\w+_)?(size|dim|d_model|d_ff|d_kv|heads|features|channels|chans|length|buckets|max_distance|components|"
     r"subdivisions|crop|groups|per_block|users|items|embeddings|dpi|sf|interval|width|bandwidth)$|^(num|n)_layers$")
+WIDTHS_NAME = re.compile(r"^(\w+_)?(hidden|dims|widths|channels)$")  # a list of layer widths
 EPS_NAME = re.compile(r"^(\w+_)?(eps|epsilon)$")  # a norm's or optimiser's epsilon, an OT or privacy budget epsilon
 SEED_NAME = re.compile(r"^(\w+_)?seed(_\w+)?$")
 DROPOUT_NAME = re.compile(r"^(\w+_)?dropout(_\w+)?$")
 SANDBOX_LIMIT_NAME = re.compile(r"^(cpu_seconds|wall_timeout|memory_mb|sandbox_workers)$")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_ranges(group: str, init_args: dict[str, Any]) -> None:
@@ -80,9 +85,15 @@ def check_ranges(group: str, init_args: dict[str, Any]) -> None:
     PEFT's dropout) run without a word; a non-positive sandbox limit would reach setrlimit only when the first program
     runs, mid-run."""
     for key, value in flatten(init_args).items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
         name, where = key.rsplit(".", 1)[-1], f"{group}.init_args.{key} = {value}"
+        if isinstance(value, (list, tuple)) and all(_is_number(x) for x in value):
+            # layer widths (hidden: [128, 128], block_out_channels: [32, 64]): a 0 built a layer of no units, which
+            # ran on as a constant (an MLP) or failed deep in torch (a conv)
+            if (SIZE_NAME.match(name) or WIDTHS_NAME.match(name)) and not all(x > 0 for x in value):
+                raise ZooError(f"{where}: every width or size in it must be positive")
+            continue
+        if not _is_number(value):
+            continue
         if isinstance(value, int) and value < 0 and COUNT_NAME.match(name):
             raise ZooError(f"{where}: a count or size cannot be negative")
         if SIZE_NAME.match(name) and not value > 0:

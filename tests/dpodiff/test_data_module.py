@@ -107,7 +107,8 @@ def test_module_refuses_bad_settings():
         DPODiffModule(stack=tiny, candidates="json")
     with pytest.raises(ZooError, match="unknown tiny stack keys"):
         DPODiffModule(stack={"width": 3}, num_inference_steps=30)
-    for bad in ({"hidden": 0}, {"clip_patch": -1}, {"unet_channels": [8, 0]}):  # were tracebacks from diffusers
+    # were diffusers' and transformers' tracebacks
+    for bad in ({"hidden": 0}, {"clip_patch": -1}, {"unet_channels": [8, 0]}, {"vae_channels": []}):
         with pytest.raises(ZooError, match=f"tiny stack sizes must be positive integers, got {next(iter(bad))}="):
             DPODiffModule(stack={**tiny, **bad}, num_inference_steps=30)
 

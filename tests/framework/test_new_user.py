@@ -197,6 +197,9 @@ def test_range_check_reads_names_nested_settings_and_leaves_sentinels_alone():
             check_ranges("model", {"m": {name: 0}})
     with pytest.raises(ZooError, match=r"model.init_args.t5_config.layer_norm_epsilon = -1.0: an epsilon cannot be"):
         check_ranges("model", {"t5_config": {"layer_norm_epsilon": -1.0}})
+    for name, widths in (("hidden", [64, 0]), ("block_out_channels", [0]), ("output_dims", [8, -1])):
+        with pytest.raises(ZooError, match=rf"model.init_args.{name} = .*: every width or size in it must be positive"):
+            check_ranges("model", {name: widths})
     with pytest.raises(ZooError, match=r"model.init_args.lora_dropout = -0.5: a dropout probability lies in \[0, 1\]"):
         check_ranges("model", {"lora_dropout": -0.5})
     with pytest.raises(ZooError, match=r"model.init_args.cpu_seconds = 0: sandbox limits must be positive"):
@@ -204,7 +207,8 @@ def test_range_check_reads_names_nested_settings_and_leaves_sentinels_alone():
     # joblib's n_jobs=-1 (every core), a sentinel like nan_at_step=-1, indices, floats and zero pass
     check_ranges("model", {"n_jobs": -1, "nan_at_step": -1, "feature_index": -1, "shift": -3, "strength": -1.0,
                            "n_val": 0, "flag": False, "dropout": 1.0, "cpu_seconds": 0.5, "num_hidden_layers": 0,
-                           "n_hidden_layers": 0, "eps": 0.0, "min_distance": 0, "num_workers": 0})
+                           "n_hidden_layers": 0, "eps": 0.0, "min_distance": 0, "num_workers": 0, "hidden": [],
+                           "seeds": [0, -1], "out_indices": [0, 1]})
 
 
 def test_learning_rates_at_zero_are_refused_only_when_nothing_would_train():

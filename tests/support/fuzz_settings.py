@@ -1,7 +1,7 @@
-"""Fuzz the settings of the smoke configs: every numeric model/data setting at 0 and -1 (floats at -1.0), every short
-string at a bogus value, each run with its paper's first smoke verb. A run must end with exit status 0 or 2 (the
-one-line `zoo: error: ...`); one that raises (a traceback) or is killed is a finding. Settings are taken once per
-(class, key, value) across the configs.
+"""Fuzz the settings of the smoke configs: every numeric model/data setting at 0 and -1 (floats at -1.0), every list
+of numbers empty and as [0] (floats [-1.0]), every short string at a bogus value, each run with its paper's first
+smoke verb. A run must end with exit status 0 or 2 (the one-line `zoo: error: ...`); one that raises (a traceback)
+or is killed is a finding. Settings are taken once per (class, key, value) across the configs.
 
     python tests/support/fuzz_settings.py [--jobs 2] [--config configs/smoke/x.yaml ...] [--keys lr,seed]
                                           [--verb test] [--out fuzz.jsonl] [--timeout 180]
@@ -49,6 +49,8 @@ def cases(configs: list[Path], keys: set[str] | None,
                     values = ["-1", "0"]
                 elif isinstance(value, float):
                     values = ["-1.0"]
+                elif isinstance(value, list) and value and all(isinstance(x, (int, float)) for x in value):
+                    values = ["[]", "[0]" if isinstance(value[0], int) else "[-1.0]"]
                 else:
                     values = [BOGUS] if isinstance(value, str) and len(value) < 40 and "/" not in value else []
                 for v in values:

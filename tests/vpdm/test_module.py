@@ -96,6 +96,9 @@ def test_refusals():
         VPDMModule(**{**TINY, "num_prototypes": 0})
     with pytest.raises(ZooError, match="condition 'raw'"):
         VPDMModule(**{**TINY, "condition": "raw"})
+    for empty in ("out_indices", "block_out_channels"):  # torch.cat of no features; a UNet with no block
+        with pytest.raises(ZooError, match="out_indices and block_out_channels must not be empty"):
+            VPDMModule(**{**TINY, empty: []})
     # were a ZeroDivisionError in the scheduler at test time, and timm's IndexError wrapped by jsonargparse
     with pytest.raises(ZooError, match="num_inference_steps and num_train_timesteps must be >= 1, got 0"):
         VPDMModule(**{**TINY, "num_inference_steps": 0})

@@ -142,9 +142,10 @@ def build_stack(spec: str | dict[str, Any], clip_id: str, torch_dtype: Optional[
     bad = sorted(set(spec) - allowed)
     if bad:
         raise ZooError(f"unknown tiny stack keys {bad}; allowed: {sorted(allowed)}")
-    # every key but seed and dtype sizes a part (a width, a count, a patch): 0 or less failed deep in diffusers
+    # every key but seed and dtype sizes a part (a width, a count, a patch; a list of them, not empty): 0 or less
+    # failed deep in diffusers
     sizes = {k: v if isinstance(v, (list, tuple)) else [v] for k, v in spec.items() if k not in ("seed", "dtype")}
-    bad = [f"{k}={spec[k]}" for k, v in sizes.items() if not all(isinstance(x, int) and x > 0 for x in v)]
+    bad = [f"{k}={spec[k]}" for k, v in sizes.items() if not (v and all(isinstance(x, int) and x > 0 for x in v))]
     if bad:
         raise ZooError(f"tiny stack sizes must be positive integers, got {', '.join(bad)}")
     return tiny_stack(**spec)

@@ -129,6 +129,9 @@ class VPDMModule(HubMixin, L.LightningModule):
                            f"{num_train_timesteps}")
         if not 0 <= strength <= 1:  # checked again at test time (partial_denoise); refuse it before training
             raise ZooError(f"strength must be in [0, 1], got {strength}")
+        if not out_indices or not block_out_channels:  # no feature level / no UNet block: failed deep in torch
+            raise ZooError(f"out_indices and block_out_channels must not be empty, got {list(out_indices)}, "
+                           f"{list(block_out_channels)}")
         if condition not in ("prototype", "input"):
             raise ZooError(f"condition {condition!r} is not one of 'prototype', 'input'")
         self.features = FeatureExtractor(backbone, pretrained, out_indices, feature_size, feature_norm)
