@@ -13,6 +13,10 @@ from zoo.errors import ZooError
 SPECIAL_CKPT = ("last", "best", "hpc", "registry")
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_checkpoint(path: str | None) -> None:
     """A `--ckpt_path` must be a readable Lightning checkpoint: torch saves zip archives, so a truncated file (its
     central directory is at the end) or random bytes fail here instead of deep inside torch.load."""
@@ -44,7 +48,7 @@ def check_learning_rates(model_init_args: dict[str, Any], training: bool = True)
     rates = {}
     for key, value in flatten(model_init_args).items():
         name = key.rsplit(".", 1)[-1]
-        if LR_NAME.match(name) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if LR_NAME.match(name) and _is_number(value):
             if value < 0:
                 raise ZooError(f"model.init_args.{key} = {value} is a negative learning rate")
             if not LR_SCHEDULE_NAME.match(name):
@@ -72,10 +76,6 @@ EPS_NAME = re.compile(r"^(\w+_)?(eps|epsilon)$")  # a norm's or optimiser's epsi
 SEED_NAME = re.compile(r"^(\w+_)?seed(_\w+)?$")
 DROPOUT_NAME = re.compile(r"^(\w+_)?dropout(_\w+)?$")
 SANDBOX_LIMIT_NAME = re.compile(r"^(cpu_seconds|wall_timeout|memory_mb|sandbox_workers)$")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_ranges(group: str, init_args: dict[str, Any]) -> None:
@@ -230,7 +230,7 @@ def check_trainer_settings(trainer: dict[str, Any], subcommand: str = "fit") -> 
     if subcommand == "fit":
         for key in ("max_steps", "max_epochs", "limit_train_batches"):
             value = trainer.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+            if _is_number(value) and value == 0:
                 raise ZooError(f"trainer.{key} = {value} trains nothing, so `zoo fit` would make no checkpoint; "
                                f"give it a positive value, or evaluate with `zoo test`")
     if trainer.get("default_root_dir") is not None:
@@ -242,7 +242,7 @@ def check_trainer_settings(trainer: dict[str, Any], subcommand: str = "fit") -> 
                        f"(with val_check_interval in steps)")
     # Lightning takes these and fails mid-run (a ZeroDivisionError at the first step or validation check), or, for a
     # negative clip value, skips clipping without a word (it clips only above 0)
-    number = {k: v for k, v in trainer.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    number = {k: v for k, v in trainer.items() if _is_number(v)}
     if number.get("accumulate_grad_batches", 1) < 1:
         raise ZooError(f"trainer.accumulate_grad_batches = {number['accumulate_grad_batches']}: accumulate over N >= 1 "
                        f"batches")
