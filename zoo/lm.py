@@ -7,7 +7,7 @@ Models come either from the Hub / a local directory (a name) or from a config di
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -15,6 +15,8 @@ from zoo.errors import ZooError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}
+# the settings' type, so the parser (and `zoo sweep` before anything runs) refuses another name
+DType = Literal[tuple(_DTYPES)]
 
 
 def resolve_dtype(name: str | torch.dtype | None) -> torch.dtype | None:

@@ -392,6 +392,9 @@ class _Parsed(Exception):
 
 
 class _ParseOnly(ZooCLI):
+    def _set_seed(self) -> None:
+        """A parse seeds nothing: it must leave the caller's random state alone (and print no "Seed set to")."""
+
     def before_instantiate_classes(self) -> None:
         self.check_settings()
         raise _Parsed(_init_args(self._cfg().get("model")))

@@ -229,16 +229,21 @@ def test_a_failed_point_is_recorded_and_the_sweep_carries_on(in_tmp, toy_config,
     ({"config": "TOY", "variants": {}}, "`variants` must map names"),
     ({"stages": [{"name": "a", "config": "TOY", "args": {"model.init_args.init_from": "${nope}/x.ckpt"}}]},
      "refers to ${nope}, which is not an earlier stage"),
+    ({"config": "TOY", "grid": {"model.init_args.init_from": ["${nope}/x.ckpt"]}},  # was a KeyError traceback
+     "refers to ${nope}, which is not an earlier stage"),
     ({"config": "missing.yaml"}, "config 'missing.yaml' does not exist"),
     ({"config": "TOY", "seeds": []}, "`seeds` must be a non-empty list"),
     ({"config": "TOY", "verbs": ["train"]}, "`verbs` must be a non-empty list"),
     ({"config": "TOY", "grid": {"data.init_args.batch_size": [4, -4]}},  # checked point by point, not one per key set
      "point batch_size=-4,seed=0: data.init_args.batch_size = -4: a count or size cannot be negative"),
     ({"config": "TOY", "args": {"model.init_args.lr": -0.1}}, "model.init_args.lr = -0.1 is a negative learning rate"),
-    ({"config": "TOY", "grid": {"model.init_args.lr": [0.1, 0]}},  # a later point of its key set, whole settings
-     "point lr=0,seed=0: model.init_args.lr = 0: with every learning rate at 0 the run would train nothing"),
+    ({"config": "TOY", "grid": {"model.init_args.lr": [0.1, 0.0]}},  # a later point parsed alike, whole settings
+     "point lr=0.0,seed=0: model.init_args.lr = 0: with every learning rate at 0 the run would train nothing"),
     ({"config": "GENTLE", "args": {"model.init_args.lr_mapping": 0, "model.init_args.lr_potential": 0.0}},
      "model.init_args.lr_mapping, model.init_args.lr_potential = 0: with every learning rate at 0"),
+    # the second of two variants with the same keys: it was not parsed, and failed only when its turn came to run
+    ({"config": "TOY", "variants": {"a": {"model.init_args.hidden": 4}, "b": {"model.init_args.hidden": "wide"}}},
+     "point variant=b,seed=0 (fit) does not parse"),
     ({"config": "TOY", "name": 5}, "the sweep name 5 must be letters, digits"),  # was a TypeError traceback
     ({"config": "TOY", "name": "../../elsewhere"}, "the sweep name '../../elsewhere' must be"),  # left the root
     ({"config": "EVAL_ONLY"}, "ClusterDeletionEval is evaluation only (it has no training step): run it with `zoo test`"),
@@ -265,6 +270,33 @@ def test_bad_sweep_options_fail_before_anything_runs(in_tmp, toy_config, capsys,
     assert not (in_tmp / "runs").exists()
 
 
+@pytest.mark.parametrize("dry_run", ["false", "true"])
+def test_a_sweep_root_that_is_a_file_is_one_line(in_tmp, toy_config, capsys, dry_run):
+    """It was a NotADirectoryError traceback from mkdir (and the dry run listed run dirs that could not be made)."""
+    (in_tmp / "s.yaml").write_text(yaml.safe_dump({"config": str(toy_config)}))
+    (in_tmp / "taken").write_text("a file")
+    assert main(["sweep", str(in_tmp / "s.yaml"), "--sweep_root", "taken/sweeps", "--dry_run", dry_run]) == 2
+    assert capsys.readouterr().err.strip() == "zoo: error: --sweep_root taken/sweeps/s: taken is a file, not a folder"
+
+
+@pytest.mark.parametrize("config, key, good, bad", [
+    ("score_cifar10lt", "model.init_args.objective", "fl_cf", "fl_fc"),
+    ("rosa_gsm8k", "model.init_args.torch_dtype", "bf16", "half"),
+    ("vpdm_mvtec", "model.init_args.beta_schedule", "linear", "cosine"),
+])
+def test_a_misspelt_choice_in_a_later_variant_fails_before_anything_runs(tmp_path, config, key, good, bad):
+    """These choices were plain strings checked when the model was built: `zoo sweep` ran every earlier point and
+    then failed on this one. As typed choices the parse of each point refuses them."""
+    from zoo.errors import ZooError
+    from zoo.sweep.runner import validate
+
+    smoke = Path(__file__).resolve().parents[2] / "configs" / "smoke" / f"{config}.yaml"
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"config": str(smoke), "variants": {"a": {key: good}, "b": {key: bad}}}))
+    with pytest.raises(ZooError, match=rf"point variant=b,seed=0 \(fit\) does not parse: .*{key.rsplit('.')[-1]}"):
+        validate(expand(load_sweep(f), tmp_path / "out"))
+
+
 def test_a_sweep_may_freeze_one_part_of_a_model_with_a_zero_rate(tmp_path):
     from zoo.sweep.runner import validate
 
@@ -272,6 +304,26 @@ def test_a_sweep_may_freeze_one_part_of_a_model_with_a_zero_rate(tmp_path):
     f = tmp_path / "freeze.yaml"
     f.write_text(yaml.safe_dump({"config": str(gentle), "grid": {"model.init_args.lr_potential": [1e-3, 0.0]}}))
     validate(expand(load_sweep(f), tmp_path / "out"))  # the mapping still trains: both points are accepted
+
+
+def test_checking_a_sweep_leaves_the_random_state_alone(tmp_path):
+    """The parse of each point used to seed the caller's generators (and print "Seed set to N" once per parse)."""
+    import random
+
+    import torch
+
+    from zoo.sweep.runner import validate
+
+    f = tmp_path / "s.yaml"
+    gentle = Path(__file__).resolve().parents[2] / "configs" / "smoke" / "gentle_toy1.yaml"
+    f.write_text(yaml.safe_dump({"config": str(gentle), "seeds": [3, 4]}))
+    random.seed(11)
+    torch.manual_seed(11)
+    validate(expand(load_sweep(f), tmp_path / "out"))
+    after = (random.random(), torch.rand(1).item())
+    random.seed(11)
+    torch.manual_seed(11)
+    assert after == (random.random(), torch.rand(1).item())
 
 
 def test_dry_run_prints_every_command_and_runs_nothing(in_tmp, toy_config, capsys):

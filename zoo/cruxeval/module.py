@@ -18,7 +18,7 @@ from zoo.cruxeval.prompts import STOP_WORDS, make_prompt
 from zoo.cruxeval.scoring import extract_answers, row_problem, score_answers
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
-from zoo.lm import build_causal_lm, generate, load_tokenizer
+from zoo.lm import DType, build_causal_lm, generate, load_tokenizer
 from zoo.records import EvalRecords
 from zoo.sandbox import Sandbox
 
@@ -123,7 +123,7 @@ class CRUXEvalModule(CRUXEvalScorer):
     def __init__(self, model: Union[str, dict[str, Any]] = "codellama/CodeLlama-7b-hf", tokenizer: Optional[str] = None,
                  mode: Literal["output", "input"] = "output", cot: bool = False, n_samples: int = 10,
                  temperature: float = 0.2, top_p: float = 0.95, max_new_tokens: int = 512,
-                 stop: Optional[list[str]] = None, ks: Optional[list[int]] = None, torch_dtype: Optional[str] = None,
+                 stop: Optional[list[str]] = None, ks: Optional[list[int]] = None, torch_dtype: Optional[DType] = None,
                  sandbox_workers: int = 2, cpu_seconds: float = 3.0, wall_timeout: float = 5.0,
                  memory_mb: int = 1024, compat: Literal["strict", "official"] = "strict"):
         super().__init__()

@@ -29,6 +29,7 @@ from zoo.dpodiff.stack import build_stack
 from zoo.dpodiff.wordnet import open_wordnet
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
+from zoo.lm import DType
 from zoo.records import EvalRecords
 
 
@@ -82,7 +83,7 @@ class DPODiffModule(EvalRecords, HubMixin, L.LightningModule):
                  llm_api_key_env: str = "OPENAI_API_KEY", nltk_data: Optional[str] = None,
                  nplib_path: Optional[str] = None, k_candidates: int = 5,
                  stack: Union[str, dict[str, Any]] = "CompVis/stable-diffusion-v1-4",
-                 clip_model: str = "openai/clip-vit-base-patch32", torch_dtype: Optional[str] = "float16",
+                 clip_model: str = "openai/clip-vit-base-patch32", torch_dtype: Optional[DType] = "float16",
                  constraint_model: Union[str, dict[str, Any], None] = "sentence-transformers/sentence-t5-base",
                  constraint_threshold: float = 0.9, num_inference_steps: int = 50, guidance_scale: float = 7.5,
                  num_seeds: int = 1, gpo_iters: int = 20, t_start: int = 15, t_repeat: int = 2, lr: float = 0.1,

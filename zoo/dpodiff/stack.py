@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from zoo.errors import ZooError
+from zoo.lm import resolve_dtype
 
 # SD v1-4's scheduler (scheduler/scheduler_config.json of CompVis/stable-diffusion-v1-4): PNDM, scaled-linear betas.
 SD14_SCHEDULER = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", num_train_timesteps=1000,
@@ -113,7 +114,7 @@ def load_stack(model_id: str = "CompVis/stable-diffusion-v1-4", clip_id: str = "
     from diffusers import AutoencoderKL, PNDMScheduler, UNet2DConditionModel
     from transformers import CLIPImageProcessor, CLIPModel, CLIPTextModel, CLIPTokenizer
 
-    dtype = getattr(torch, torch_dtype) if torch_dtype else torch.float32
+    dtype = resolve_dtype(torch_dtype) or torch.float32
     try:
         tok = CLIPTokenizer.from_pretrained(model_id, subfolder="tokenizer")
         te = CLIPTextModel.from_pretrained(model_id, subfolder="text_encoder", torch_dtype=dtype)

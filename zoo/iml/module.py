@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.errors import ZooError
 from zoo.hub import HubMixin, check_state_fits, load_checkpoint, load_state_dict_file, load_weights, resolve_weights
-from zoo.lm import build_causal_lm, linear_warmup_decay, load_tokenizer, right_pad
+from zoo.lm import DType, build_causal_lm, linear_warmup_decay, load_tokenizer, right_pad
 
 TINY_GPT_NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "intermediate_size": 256, "max_position_embeddings": 128, "rotary_pct": 0.25}
@@ -98,7 +98,7 @@ class IMLModule(HubMixin, L.LightningModule):
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
         lr_schedule: Literal["linear", "constant"] = "linear",
-        torch_dtype: Optional[str] = None,
+        torch_dtype: Optional[DType] = None,
         init_from: Optional[str] = None,
     ):
         """

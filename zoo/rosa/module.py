@@ -40,7 +40,7 @@ from transformers.pytorch_utils import Conv1D
 
 from zoo.errors import ZooError
 from zoo.hub import HubMixin
-from zoo.lm import build_causal_lm, generate, linear_warmup_decay, load_tokenizer
+from zoo.lm import DType, build_causal_lm, generate, linear_warmup_decay, load_tokenizer
 from zoo.rosa.gsm8k import STOP_STRINGS, GSM8KExactMatch, extract_answer, is_correct
 from zoo.rosa.layer import check_sddmm_kernel
 from zoo.rosa.mask import (
@@ -190,7 +190,7 @@ class RoSAModule(CausalLMFinetune):
         self,
         model: Union[str, dict[str, Any]] = "meta-llama/Llama-2-7b-hf",
         tokenizer: Optional[str] = None,
-        torch_dtype: Optional[str] = None,
+        torch_dtype: Optional[DType] = None,
         target_modules: Union[str, list[str]] = ALL_LINEAR,
         r: int = 16,
         lora_alpha: float = 16.0,
@@ -487,7 +487,7 @@ class LoRABaselineModule(CausalLMFinetune):
         self,
         model: Union[str, dict[str, Any]] = "meta-llama/Llama-2-7b-hf",
         tokenizer: Optional[str] = None,
-        torch_dtype: Optional[str] = None,
+        torch_dtype: Optional[DType] = None,
         target_modules: Union[str, list[str]] = ALL_LINEAR,
         r: int = 16,
         lora_alpha: float = 16.0,
@@ -553,7 +553,7 @@ class FullFinetuneModule(CausalLMFinetune):
         self,
         model: Union[str, dict[str, Any]] = "meta-llama/Llama-2-7b-hf",
         tokenizer: Optional[str] = None,
-        torch_dtype: Optional[str] = None,
+        torch_dtype: Optional[DType] = None,
         lr: float = 2e-5,
         weight_decay: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),

@@ -28,6 +28,9 @@ from zoo.hub import HubMixin
 from zoo.score.losses import OBJECTIVES, SCoReLoss, flatten_views
 from zoo.score.model import SCoReNet
 
+# the setting's type: cross-entropy or a SCoRe objective, so the parser refuses a misspelt name before a run
+Objective = Literal[("ce", *OBJECTIVES)]
+
 
 def shot_groups(train_counts: Sequence[int], many: int = 100, few: int = 20) -> dict[str, list[int]]:
     """Many-shot (> many), medium-shot and few-shot (< few) classes by training-set size (Liu et al., 2019)."""
@@ -103,7 +106,7 @@ class SCoReModule(HubMixin, L.LightningModule):
     ddp_find_unused_parameters = True
 
     def __init__(self, encoder: str = "resnet50", num_classes: int = 10, in_chans: int = 3, proj_dim: int = 128,
-                 cifar_stem: bool = True, width: int = 1, objective: str = "fl_cf",
+                 cifar_stem: bool = True, width: int = 1, objective: Objective = "fl_cf",
                  training: Literal["two_stage", "joint"] = "two_stage", stage1_epochs: int = 1000,
                  temperature: float = 0.07, lamda: float = 1.0, delta: float = 0.5, gamma: float = 0.5,
                  contrast_weight: float = 1.0, lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 1e-4,

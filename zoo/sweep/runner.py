@@ -342,10 +342,23 @@ def validate(tasks: list[Task]) -> None:
     point's own values are checked too, over that command's resolved model settings."""
     resolved: dict[tuple[Any, ...], dict[str, Any]] = {}
     for t in tasks:
-        key = (t.stage, tuple(sorted(t.overrides)))
+        # points that differ only in numbers parse alike (their ranges are checked per point below); a string (a
+        # class path, a choice, a path) or a value of another type is parsed in each point that gives it
+        key = (t.stage, tuple(sorted((k, _shape(v)) for k, v in t.overrides.items())))
         if key not in resolved:
             resolved[key] = _parse_point(t)
         check_point_values(t, resolved[key])
+
+
+def _shape(value: Any) -> Any:
+    """What of an override value the parser can judge differently: strings verbatim, other values by type."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ("list", *(_shape(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", *sorted((str(k), _shape(v)) for k, v in value.items()))
+    return type(value).__name__
 
 
 def _parse_point(t: Task) -> dict[str, Any]:

@@ -226,7 +226,8 @@ def load_sweep(file: str | Path, name: str | None = None) -> Sweep:
         axes_of = [a.short for a in axes if a.name in axes_of or a.short in axes_of]
         args = {**common, **_overrides(rs.get("args"), path, f"{where}`args`")}
         in_variants = [v for ov in variants.values() for v in ov.values()] if "variant" in axes_of else []
-        refs = _refs({**args, **dict(enumerate(in_variants))})
+        in_grid = [v for a in axes if a.short in axes_of and a.name not in ("variant", "seed") for v in a.values]
+        refs = _refs({**args, **dict(enumerate(in_variants + in_grid))})
         for ref in refs:
             if ref in names and next(a.short for a in axes if ref in (a.name, a.short)) not in axes_of:
                 raise _fail(path, f"{where}refers to ${{{ref}}}, an axis this stage does not depend on")

@@ -40,7 +40,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from zoo.errors import ZooError
 from zoo.hub import HubMixin, check_state_fits, load_weights, resolve_weights
-from zoo.lm import build_causal_lm
+from zoo.lm import DType, build_causal_lm
 from zoo.unlearning.algorithms import gradient_ascent_loss, lm_loss, select_for_ascent, snapshot, task_arithmetic
 from zoo.unlearning.metrics import (SequenceScores, check_disjoint, check_el_n, check_window, outlier_band,
                                     score_sequences, unseen_threshold, unseen_thresholds)
@@ -156,7 +156,7 @@ class MemorizeModule(_CausalLMStage):
         outlier_std: float = 2.0,
         levels_from: Optional[str] = None,
         eval_batch_size: int = 32,
-        torch_dtype: Optional[str] = None,
+        torch_dtype: Optional[DType] = None,
         model_kwargs: Optional[dict[str, Any]] = None,
     ):
         """
@@ -263,7 +263,7 @@ class UnlearningModule(_CausalLMStage):
         ta_lambda_grid: Optional[list[float]] = None,
         stop_on_el: bool = True,
         eval_batch_size: int = 32,
-        torch_dtype: Optional[str] = None,
+        torch_dtype: Optional[DType] = None,
         model_kwargs: Optional[dict[str, Any]] = None,
         init_from: Optional[str] = None,
     ):

@@ -100,7 +100,7 @@ class VPDMModule(HubMixin, L.LightningModule):
         lambda_ot: float = 1.0,
         condition: Literal["prototype", "input"] = "prototype",
         num_train_timesteps: int = 1000,
-        beta_schedule: str = "linear",
+        beta_schedule: Literal["linear", "scaled_linear", "squaredcos_cap_v2", "laplace", "sigmoid"] = "linear",
         beta_start: float = 1e-4,
         beta_end: float = 0.02,
         block_out_channels: Sequence[int] = (256, 512),
