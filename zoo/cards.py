@@ -14,7 +14,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from zoo.configs import read_yaml
 from zoo.errors import ZooError
 from zoo.registry import PAPERS
-from zoo.rundir import SINGLE_STAGE, check_run_dir, read_point, read_summary
+from zoo.rundir import SINGLE_STAGE, check_output_file, check_run_dir, read_point, read_summary
 
 RESULTS_HEADING = "## Results of this run"
 _STAGES = ("test", "validate", "fit")
@@ -167,6 +167,6 @@ def card(run_dir: str, output: str | None = None) -> str:
         run_dir: a run directory (runs/<config>/<timestamp>).
         output: where to write the card (default: <run_dir>/README.md).
     """
-    path = write_card(check_run_dir(run_dir), output)
+    path = write_card(check_run_dir(run_dir), output and check_output_file(output, "--output"))
     print(path)
     return str(path)

@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional
 
 from zoo.configs import flatten, load_yaml
 from zoo.errors import ZooError, flat
-from zoo.rundir import read_point, read_summary
+from zoo.rundir import check_output_file, read_point, read_summary
 
 # Keys that differ between any two runs without meaning anything.
 _NOISE = ("config", "run_root", "run_dir", "run_name", "ckpt_path", "trainer.default_root_dir")
@@ -301,6 +301,21 @@ def _band(curves: list[list[tuple[float, float]]]) -> tuple[list[float], list[fl
     return common, means, stds
 
 
+def plot_file(path: str) -> str:
+    """Where the plot will really go: matplotlib writes `compare` as `compare.png` and fails only at the end on a
+    format it cannot write, so both are settled (and the folder checked) before any run is read."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    p = Path(path)
+    if p.suffix == "" and not p.is_dir():
+        p = p.with_name(p.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if not p.is_dir() and p.suffix[1:].lower() not in formats:
+        raise ZooError(f"--plot_path {path}: matplotlib cannot write {p.suffix!r} files; use one of "
+                       f"{', '.join('.' + f for f in sorted(formats))}")
+    return str(check_output_file(p, "--plot_path"))
+
+
 def plot(runs: list[dict], metric: str, path: str, group_by: Optional[list[str]] = None) -> str:
     import matplotlib
 
@@ -337,13 +352,17 @@ def plot(runs: list[dict], metric: str, path: str, group_by: Optional[list[str]]
     return path
 
 
+def check_window(window: int) -> None:
+    if window < 1:
+        raise ZooError(f"--curve_window must be >= 1, got {window}")
+
+
 def curve_table(runs: list[dict], metric: str, window: int, group_by: Optional[list[str]] = None
                 ) -> tuple[list[str], list[list]]:
     """The plotted curve as numbers: per group (or run), the mean of `metric` over each window of `window`
     consecutive logged points (e.g. epochs for a metric logged once per epoch), averaged over the group's runs at
     the steps every run logged (as the plot's band)."""
-    if window < 1:
-        raise ZooError(f"--curve_window must be >= 1, got {window}")
+    check_window(window)
     rows, longest = [], 0
     for key, curves in curve_groups(runs, metric, group_by):
         _, mean, _ = _band(curves)
@@ -388,6 +407,12 @@ def compare(runs: Optional[list[str]] = None, group_by: Optional[list[str]] = No
     """
     if curve_window is not None and not metric:
         raise ZooError("--curve_window needs --metric (the curve to tabulate)")
+    if curve_window is not None:
+        check_window(curve_window)
+    if output:
+        check_output_file(output, "--output")
+    if metric:
+        plot_path = plot_file(plot_path)
     paths = runs or ["runs"]
     loaded = wandb_runs(wandb_project) if wandb_project else [local_run(d) for d in find_runs(paths)]
     if not loaded:

@@ -53,6 +53,45 @@ def new_run_dir(root: str | Path, name: str) -> Path:
     raise RuntimeError(f"could not create a fresh run directory under {base}")
 
 
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """A folder a command will create (or fill) at `path`, named by the user as `option`: refused in one line before
+    any work when a file stands in its way or its nearest existing folder cannot be written."""
+    path = Path(path)
+    problem = _folder_problem(path)
+    if problem:
+        raise ZooError(f"{option} {path}: {problem}")
+    return path
+
+
+def _folder_problem(path: Path) -> str | None:
+    """Why the folder `path` (and any parents missing) cannot be made, judged at its nearest existing ancestor."""
+    there = path
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        return f"{there} is a file, not a folder"
+    if not os.access(there, os.W_OK | os.X_OK):
+        return f"the folder {there} cannot be written"
+    return None
+
+
+def check_output_file(path: str | Path, option: str, make_parents: bool = False) -> Path:
+    """A file a command will write at `path`, named by the user as `option`: refused in one line before any work
+    when it is a folder, or its folder does not exist (unless the command makes it) or cannot be written; found at
+    the end, the work before it would be lost."""
+    path = Path(path)
+    if path.is_dir():
+        raise ZooError(f"{option} {path} is a folder; give the path of a file")
+    if not make_parents and not path.parent.is_dir():
+        raise ZooError(f"{option} {path}: the folder {path.parent} does not exist")
+    problem = _folder_problem(path.parent)
+    if problem:
+        raise ZooError(f"{option} {path}: {problem}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ZooError(f"{option} {path} cannot be written")
+    return path
+
+
 def check_run_dir(run_dir: str | Path) -> Path:
     """A run dir a zoo command made (its config.yaml inside). Commands that read or write one refuse anything else:
     `zoo card .` in a project would have overwritten the project's README.md."""

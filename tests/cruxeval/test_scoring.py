@@ -143,6 +143,16 @@ def test_score_generations_file(tmp_path, capsys):
         score_generations(tmp_path / "missing.json", "output", data=data)
     with pytest.raises(ZooError, match="could not load"):  # no local data: the Hub, which is offline in tests
         score_generations(gens, "output")
+    # an --out it could not write was found after the scoring, which was lost with a traceback; a missing folder
+    # is made, as before
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(ZooError, match="--out .*taken is a folder; give the path of a file"):
+        score_generations(gens, "output", data=data, raw=True, out=tmp_path / "taken", workers=1)
+    with pytest.raises(ZooError, match="--out .*scored.jsonl/x.jsonl: .*scored.jsonl is a file, not a folder"):
+        score_generations(gens, "output", data=data, raw=True, out=out / "x.jsonl", workers=1)
+    assert capsys.readouterr().out == ""  # refused before scoring
+    score_generations(gens, "output", data=data, raw=True, out=tmp_path / "new" / "s.jsonl", workers=1)
+    assert (tmp_path / "new" / "s.metrics.json").is_file()
 
 
 def _honest_candidates(row, mode, other):

@@ -390,3 +390,53 @@ def test_compare_on_a_file_names_the_problem(in_tmp, capsys):
     assert main(["compare", "--runs", "[notes.txt]"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "zoo: error: run path notes.txt is a file; give a run dir (runs/<config>/<timestamp>) or a folder of runs"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--output", "out"], "--output out is a folder; give the path of a file"),  # was an IsADirectoryError traceback
+    (["--output", "missing/t.md"], "--output missing/t.md: the folder missing does not exist"),
+    (["--metric", "train/loss", "--plot_path", "out"], "--plot_path out is a folder; give the path of a file"),
+    (["--metric", "train/loss", "--plot_path", "p.xyz"], "--plot_path p.xyz: matplotlib cannot write '.xyz' files"),
+    (["--metric", "train/loss", "--curve_window", "0"], "--curve_window must be >= 1, got 0"),
+])
+def test_compare_refuses_where_it_cannot_write_before_printing_anything(in_tmp, toy_config, capsys, argv, needle):
+    _fit(toy_config)
+    Path("out").mkdir()
+    capsys.readouterr()
+    assert main(["compare", "--runs", "[runs]", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"zoo: error: {needle}") and len(err.strip().splitlines()) == 1, (out, err)
+
+
+def test_compare_names_the_plot_file_it_wrote(in_tmp, toy_config, capsys):
+    """matplotlib writes `--plot_path curves` as curves.png: the command said `plot: curves`, a file that is not."""
+    _fit(toy_config)
+    capsys.readouterr()
+    assert main(["compare", "--runs", "[runs]", "--metric", "train/loss", "--plot_path", "curves"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "plot: curves.png"
+    assert Path("curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not Path("curves").exists()
+
+
+def test_card_output_that_is_a_folder_is_one_line(in_tmp, toy_config, capsys):
+    run = _fit(toy_config)
+    capsys.readouterr()
+    assert main(["card", str(run), "--output", str(run)]) == 2  # was an IsADirectoryError traceback
+    assert capsys.readouterr().err.strip() == f"zoo: error: --output {run} is a folder; give the path of a file"
+
+
+def test_output_checks_name_a_folder_that_cannot_be_written(tmp_path, monkeypatch):
+    """(Tests run as root, who may write anywhere: os.access is made to say no.)"""
+    import zoo.rundir
+    from zoo.errors import ZooError
+    from zoo.rundir import check_output_dir, check_output_file
+
+    (tmp_path / "ok").mkdir()
+    monkeypatch.setattr(zoo.rundir.os, "access", lambda path, mode: Path(path) != tmp_path)
+    with pytest.raises(ZooError, match=f"^--out {tmp_path}/a/b: the folder {tmp_path} cannot be written$"):
+        check_output_file(tmp_path / "a" / "b", "--out", make_parents=True)
+    with pytest.raises(ZooError, match=f"^--output {tmp_path}/t.md: the folder {tmp_path} cannot be written$"):
+        check_output_file(tmp_path / "t.md", "--output")
+    with pytest.raises(ZooError, match=f"^--sweep_root {tmp_path}/s: the folder {tmp_path} cannot be written$"):
+        check_output_dir(tmp_path / "s", "--sweep_root")
+    assert check_output_dir(tmp_path / "ok" / "s", "--sweep_root") == tmp_path / "ok" / "s"  # nothing made
+    assert not (tmp_path / "ok" / "s").exists()

@@ -60,6 +60,7 @@ import numpy as np
 
 from zoo.cruxeval.prompts import Mode
 from zoo.errors import ZooError
+from zoo.rundir import check_output_file
 from zoo.sandbox import Sandbox, Verdict, parse_value
 
 Compat = Literal["strict", "official"]
@@ -570,6 +571,9 @@ def score_generations(generations: str | Path | dict[str, list[str]], mode: Mode
         ``{"pass@1": ..., "pass@5": ..., "num_problems": ..., "num_failed_rows": ..., "num_candidates": ...,
         "num_sandbox_errors": ..., "num_in_process_verdicts": ...}``, pass@k in percent.
     """
+    if out is not None:  # before the scoring, which it would otherwise lose
+        check_output_file(out, "--out", make_parents=True)  # write_results makes its folder
+        check_output_file(Path(out).with_suffix(".metrics.json"), "--out", make_parents=True)
     answers, reasons = generation_answers(read_generations(generations), mode, raw, cot)
     rows = load_rows(data) if data is not None else hub_rows()
     with Sandbox(workers=workers, cpu_seconds=cpu_seconds, wall_timeout=wall_timeout, memory_mb=memory_mb) as sb:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from zoo.errors import ZooError
-from zoo.rundir import POINT
+from zoo.rundir import POINT, check_output_dir
 from zoo.sweep.spec import Sweep, Task, cli_args, expand, load_sweep
 
 __all__ = ["Sweep", "Task", "expand", "load_sweep", "sweep"]
@@ -63,7 +63,7 @@ def sweep(file: str, jobs: int = 1, executor: Literal["local", "slurm", "submiti
         raise ZooError(f"--jobs must be at least 1, got {jobs}")
     if threads is not None and threads < 1:  # each task process would die in torch.set_num_threads
         raise ZooError(f"--threads must be at least 1, got {threads}")
-    sweep_dir = Path(sweep_root) / spec.name
+    sweep_dir = check_output_dir(Path(sweep_root) / spec.name, "--sweep_root")
     tasks = expand(spec, sweep_dir)
     validate(tasks)
     run_dirs = {t.id: t.run_dir for t in tasks}
