@@ -112,6 +112,8 @@ class IMLTagging(L.Callback):
             model_attr / tokenizer_attr: where the module keeps its HF causal LM and tokenizer.
         """
         super().__init__()
+        if max_new_tokens < 1:  # transformers' generate would refuse it at the first evaluation, with a traceback
+            raise ZooError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         self.requested = dict(tags) if tags is not None else {"tag1": None, "tag2": None, "tag3": None}
         self.tag_length, self.seed, self.tags_from = tag_length, seed, tags_from
         self.max_new_tokens, self.effect = max_new_tokens, tuple(effect)

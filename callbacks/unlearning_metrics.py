@@ -58,7 +58,9 @@ class UnlearningMetrics(pl.Callback):
                 at test only (the memorize stage, which starts from a random model and is scored by `zoo test`).
         """
         check_el_n(el_n)
-        self.el_n, self.threshold_std, self.every = el_n, threshold_std, max(1, every_n_epochs)
+        if every_n_epochs < 1:  # was read as 1 without a word
+            raise ZooError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        self.el_n, self.threshold_std, self.every = el_n, threshold_std, every_n_epochs
         self.outlier_std = outlier_std
         self.unseen_el_every_epoch, self.batch_size = unseen_el_every_epoch, eval_batch_size
         self.save_table, self.table_name = save_table, table_name

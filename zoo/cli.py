@@ -84,12 +84,25 @@ def _user_error(exc: BaseException, zoo_error: type) -> BaseException | None:
             return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__
+    in_worker = _worker_error(exc, zoo_error)
+    if in_worker is not None:
+        return in_worker
     user = (argparse.ArgumentError, FileNotFoundError, ImportError)
     if "lightning" in sys.modules:  # Lightning reports a bad trainer option as a MisconfigurationException
         from lightning.fabric.utilities.exceptions import MisconfigurationException
 
         user += (MisconfigurationException,)
     return exc if isinstance(exc, user) or _trainer_setting_error(exc) else None
+
+
+def _worker_error(exc: BaseException, zoo_error: type) -> BaseException | None:
+    """A ZooError raised in a process Lightning started (ddp_fork, ddp_spawn): torch's launcher re-raises it as a
+    ProcessRaisedException whose text is the worker's traceback, ending in `zoo.errors.ZooError: <message>`."""
+    if type(exc).__name__ != "ProcessRaisedException":
+        return None
+    lines = str(exc).rstrip().splitlines()
+    prefix = f"{zoo_error.__module__}.{zoo_error.__qualname__}: "
+    return zoo_error(lines[-1][len(prefix):]) if lines and lines[-1].startswith(prefix) else None
 
 
 def _trainer_setting_error(exc: BaseException) -> bool:

@@ -27,6 +27,7 @@ from zoo.checks import (
     check_checkpoint_class,
     check_init_args,
     check_processes,
+    check_ranges,
     check_resume_settings,
     check_seed,
     check_trainer_settings,
@@ -224,6 +225,9 @@ class ZooCLI(LightningCLI):
         cfg = self._cfg()
         model, trainer = _class_path(cfg.get("model")) or "", cfg.get("trainer") or {}
         check_init_args(_init_args(cfg.get("model")), _init_args(cfg.get("data")), self.subcommand == "fit")
+        callbacks = trainer.get("callbacks") or []
+        for i, callback in enumerate(callbacks if isinstance(callbacks, list) else [callbacks]):
+            check_ranges(f"trainer.callbacks.{i}", _init_args(callback))  # counts and sizes by the same rules
         check_verb(model, self.subcommand)
         check_processes(model, self.subcommand, trainer)
         check_trainer_settings(trainer, self.subcommand)

@@ -440,3 +440,29 @@ def test_output_checks_name_a_folder_that_cannot_be_written(tmp_path, monkeypatc
         check_output_dir(tmp_path / "s", "--sweep_root")
     assert check_output_dir(tmp_path / "ok" / "s", "--sweep_root") == tmp_path / "ok" / "s"  # nothing made
     assert not (tmp_path / "ok" / "s").exists()
+
+
+def _refuse_in_a_worker(rank):
+    from zoo.errors import ZooError
+
+    raise ZooError(f"rank {rank} refuses")
+
+
+def _fail_in_a_worker(rank):
+    raise KeyError("a bug")
+
+
+def test_a_zoo_error_in_a_process_lightning_started_is_one_line():
+    """Under ddp_fork / ddp_spawn a callback's ZooError (ByMI's "the trusted rank 0 cannot be attacked") came back
+    as torch's ProcessRaisedException, printed as two tracebacks; any other error keeps its traceback."""
+    import torch.multiprocessing as mp
+
+    from zoo.cli import _user_error, one_line
+    from zoo.errors import ZooError
+
+    for fn, expected in ((_refuse_in_a_worker, "rank 0 refuses"), (_fail_in_a_worker, None)):
+        with pytest.raises(Exception) as info:
+            mp.start_processes(fn, nprocs=1, start_method="fork")
+        assert type(info.value).__name__ == "ProcessRaisedException"
+        cause = _user_error(info.value, ZooError)
+        assert (one_line(cause) if cause is not None else None) == expected

@@ -406,3 +406,21 @@ def test_the_settings_fuzzer_tells_one_line_refusals_from_tracebacks(tmp_path, t
     assert got["model.init_args.hidden", "0"]["rc"] == got["model.init_args.hidden", "-1"]["rc"] == 2
     assert got["model.init_args.sleep", "-1.0"]["rc"] == 99 and "sleep length must be non-negative" in \
         got["model.init_args.sleep", "-1.0"]["last"]
+
+
+def test_the_settings_fuzzer_reaches_a_callbacks_settings_through_a_copy_of_the_config(tmp_path, toy_config):
+    """A callback in trainer.callbacks has no command-line key: the fuzzer writes a copy of the config with the one
+    setting changed. UnlearningMetrics read every_n_epochs <= 0 as 1 without a word; now it, and a negative count of
+    any callback (the settings check's rules), is refused in one line."""
+    from fuzz_settings import main as fuzz
+
+    config, out = tmp_path / "toy.yaml", tmp_path / "fuzz.jsonl"
+    callback = ("  callbacks:\n    - class_path: callbacks.unlearning_metrics.UnlearningMetrics\n"
+                "      init_args: {el_n: 10, every_n_epochs: 2}\n")
+    config.write_text(toy_config.read_text().replace("trainer:\n", "trainer:\n" + callback))
+    assert fuzz(["--config", str(config), "--keys", "every_n_epochs", "--jobs", "1", "--out", str(out)]) == 0
+    got = {(r["key"], r["value"]): r for r in map(json.loads, out.read_text().splitlines())}
+    key = "trainer.callbacks.0.init_args.every_n_epochs"
+    assert sorted(got) == [(key, "-1"), (key, "0")]
+    assert got[key, "0"]["rc"] == 2 and got[key, "0"]["last"] == "zoo: error: every_n_epochs must be >= 1, got 0"
+    assert got[key, "-1"]["last"] == f"zoo: error: {key} = -1: a count or size cannot be negative"

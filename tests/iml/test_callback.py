@@ -133,3 +133,10 @@ def test_unknown_source_is_an_error():
         cb.apply_tags({"text": ["x"], "source": ["tag9"]})
     with pytest.raises(ZooError, match="no iml_tags.json"):
         IMLTagging(tags_from="/nonexistent/run").resolve_tags()
+
+
+@pytest.mark.parametrize("n", [0, -1])
+def test_an_answer_of_no_tokens_is_refused_when_the_callback_is_built(n):
+    """transformers' generate refused it only at the first evaluation, with a traceback."""
+    with pytest.raises(ZooError, match=f"max_new_tokens must be >= 1, got {n}"):
+        IMLTagging(max_new_tokens=n)

@@ -1,6 +1,6 @@
-"""Fuzz the settings of the smoke configs: every numeric model/data setting at 0 and -1 (floats at -1.0), every list
-of numbers empty and as [0] (floats [-1.0]), every short string at a bogus value, each run with its paper's first
-smoke verb. A run must end with exit status 0 or 2 (the one-line `zoo: error: ...`); one that raises (a traceback)
+"""Fuzz the settings of the smoke configs: every numeric model, data or callback setting at 0 and -1 (floats at
+-1.0), every list of numbers empty and as [0] (floats [-1.0]), every short string at a bogus value, each run with its
+paper's first smoke verb (a callback's setting through a copy of the config: the command line cannot reach it). A run must end with exit status 0 or 2 (the one-line `zoo: error: ...`); one that raises (a traceback)
 or is killed is a finding. Settings are taken once per (class, key, value) across the configs.
 
     python tests/support/fuzz_settings.py [--jobs 2] [--config configs/smoke/x.yaml ...] [--keys lr,seed]
@@ -38,8 +38,10 @@ def cases(configs: list[Path], keys: set[str] | None,
     out, seen = [], set()
     for config in configs:
         cfg = yaml.safe_load(config.read_text()) or {}
-        for group in ("model", "data"):
-            section = cfg.get(group) or {}
+        sections = {group: cfg.get(group) or {} for group in ("model", "data")}
+        callbacks = (cfg.get("trainer") or {}).get("callbacks") or []
+        sections.update({f"trainer.callbacks.{i}": c for i, c in enumerate(callbacks) if isinstance(c, dict)})
+        for group, section in sections.items():
             for key, value in flatten(section.get("init_args") or {}).items():
                 if keys is not None and key.rsplit(".", 1)[-1] not in keys:
                     continue
@@ -59,6 +61,20 @@ def cases(configs: list[Path], keys: set[str] | None,
                         out.append((str(config), f"{group}.init_args.{key}", v,
                                     verb_override or verb.get(str(config), "fit")))
     return out
+
+
+def _with_callback_setting(config: str, key: str, value: str, path: Path) -> Path:
+    """A copy of `config` with one callback setting changed: the command line cannot reach into the callback list."""
+    import yaml
+
+    cfg = yaml.safe_load(Path(config).read_text())
+    _, _, i, _, *names = key.split(".")
+    node = cfg["trainer"]["callbacks"][int(i)]["init_args"]
+    for name in names[:-1]:
+        node = node[name]
+    node[names[-1]] = yaml.safe_load(value)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
 
 
 def _child(argv: list[str], log: Path) -> None:
@@ -90,8 +106,9 @@ def run(todo: list[tuple[str, str, str, str]], jobs: int, timeout: float, work: 
         while queue and len(running) < jobs:
             i, (config, key, value, verb) = queue.pop(0)
             log = work / f"{i}.log"
-            argv = [verb, "--config", config, f"--{key}={value}", "--run_root", str(work / "runs"),
-                    "--wandb_mode", "disabled"]
+            setting = ["--config", str(_with_callback_setting(config, key, value, work / f"{i}.yaml"))] if \
+                key.startswith("trainer.callbacks.") else ["--config", config, f"--{key}={value}"]
+            argv = [verb, *setting, "--run_root", str(work / "runs"), "--wandb_mode", "disabled"]
             pid = os.fork()
             if pid == 0:
                 _child(argv, log)
