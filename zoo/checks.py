@@ -28,9 +28,34 @@ def check_checkpoint(path: str | None) -> None:
                        f"last.ckpt)")
     if not p.is_file():
         raise ZooError(f"checkpoint {path} does not exist")
+    if _is_safetensors(p):
+        raise ZooError(f"checkpoint {path} is a safetensors file of weights (what `zoo push` publishes), not a "
+                       "Lightning checkpoint; load it in Python with <Module>.from_pretrained(<its folder>)")
     if not zipfile.is_zipfile(p):
         raise ZooError(f"checkpoint {path} is not a readable PyTorch checkpoint (truncated, or not a checkpoint "
                        f"file: {p.stat().st_size} bytes)")
+    import torch
+
+    try:  # the pickle only (tensors memory-mapped), as safely as Lightning will load it next
+        ckpt = torch.load(p, map_location="cpu", mmap=True, weights_only=True)
+    except Exception:  # noqa: BLE001 - what this safe load refuses is Lightning's to judge (it may be let through)
+        return
+    needed = ("state_dict", "pytorch-lightning_version")
+    if not isinstance(ckpt, dict) or not all(k in ckpt for k in needed):
+        what = (f"it holds a {type(ckpt).__name__}" if not isinstance(ckpt, dict) else
+                f"no {' or '.join(repr(k) for k in needed if k not in ckpt)} among its keys "
+                f"{', '.join(map(repr, list(ckpt)[:4]))}{', ...' if len(ckpt) > 4 else ''}")
+        raise ZooError(f"checkpoint {path} is a PyTorch file but not a Lightning checkpoint ({what}); give a run's "
+                       "checkpoints/*.ckpt")
+
+
+def _is_safetensors(p: Path) -> bool:
+    """safetensors' layout: an 8-byte little-endian header length, then that many bytes of JSON."""
+    with p.open("rb") as f:
+        head = f.read(9)
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    return 8 + int.from_bytes(head[:8], "little") <= p.stat().st_size
 
 
 LR_NAME = re.compile(r"^(lr|\w+_lr|lr_\w+)$")

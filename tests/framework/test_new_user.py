@@ -30,6 +30,14 @@ def bad_files(tmp_path):
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     (tmp_path / "empty.yaml").write_text("")
     (tmp_path / "noise.ckpt").write_bytes(os.urandom(4096))
+    import torch
+    from safetensors.torch import save_file
+
+    # PyTorch files that are not Lightning checkpoints (a plain state dict, say a pytorch_model.bin): a KeyError
+    # or AttributeError traceback from deep inside Lightning's restore
+    torch.save({"weight": torch.zeros(2)}, tmp_path / "weights.pt")
+    torch.save([1, 2], tmp_path / "list.pt")
+    save_file({"weight": torch.zeros(2)}, tmp_path / "model.safetensors")
     return tmp_path
 
 
@@ -37,6 +45,10 @@ def bad_files(tmp_path):
     (["--ckpt_path", "{tmp}/noise.ckpt"], "is not a readable PyTorch checkpoint"),
     (["--ckpt_path", "{tmp}/truncated.ckpt"], "is not a readable PyTorch checkpoint"),
     (["--ckpt_path", "{tmp}/missing.ckpt"], "missing.ckpt does not exist"),
+    (["--ckpt_path", "{tmp}/weights.pt"], ("weights.pt is a PyTorch file but not a Lightning checkpoint (no "
+                                           "'state_dict' or 'pytorch-lightning_version' among its keys 'weight')")),
+    (["--ckpt_path", "{tmp}/list.pt"], "list.pt is a PyTorch file but not a Lightning checkpoint (it holds a list)"),
+    (["--ckpt_path", "{tmp}/model.safetensors"], "model.safetensors is a safetensors file of weights"),
     (["--trainer.max_steps", "-5"], "max_steps"),
     # Lightning took these: a ZeroDivisionError mid-run, numpy's seed error, clipping skipped without a word
     (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches = 0: accumulate over N >= 1"),
