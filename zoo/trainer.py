@@ -68,6 +68,12 @@ class RunDirConfig(SaveConfigCallback):
         self.parser.save(self.config, self.run_dir / name, skip_unset=False, overwrite=False, multifile=False)
 
 
+def _walk(tb: Any) -> Any:
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
 def _init_args(model: Any) -> dict[str, Any]:
     """A model config's init args as plain data (jsonargparse Namespaces included)."""
     from jsonargparse import Namespace
@@ -128,6 +134,9 @@ class ZooCLI(LightningCLI):
             self._abandon(e)
             if self._interrupted(e):  # Lightning turns Ctrl-C into exit(1) after a graceful shutdown
                 raise KeyboardInterrupt(self._resume_hint()) from e
+            misfit = self._checkpoint_misfit(e)
+            if misfit is not None:
+                raise misfit from e
             raise
         finally:
             self._end_quiet()
@@ -173,6 +182,22 @@ class ZooCLI(LightningCLI):
                                                                 f"{self._resume_hint()}")
         else:
             update_summary(run_dir, status="failed", error=f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+
+    def _checkpoint_misfit(self, error: BaseException) -> ZooError | None:
+        """torch's load_state_dict refusing the --ckpt_path's weights as Lightning restores them (shapes or keys
+        that do not fit the model the config builds: an edited, damaged or other-version checkpoint) is bad input,
+        not a bug: one line naming the checkpoint and the first mismatches."""
+        if not isinstance(error, RuntimeError) or error.__traceback__ is None:
+            return None
+        frames = [tb.tb_frame.f_code for tb in _walk(error.__traceback__)]
+        restoring = any(Path(f.co_filename).name == "checkpoint_connector.py" for f in frames)
+        if not restoring or frames[-1].co_name != "load_state_dict":
+            return None
+        cfg = self.config.get(self.config.get("subcommand") or "") or {}
+        problems = [ln.strip() for ln in str(error).splitlines()[1:] if ln.strip()]
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        return ZooError(f"checkpoint {cfg.get('ckpt_path')} does not fit the model this config builds: "
+                        f"{'; '.join(problems[:3])}{more}")
 
     @staticmethod
     def _interrupted(error: BaseException) -> bool:

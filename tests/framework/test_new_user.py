@@ -49,6 +49,10 @@ def bad_files(tmp_path):
                                            "'state_dict' or 'pytorch-lightning_version' among its keys 'weight')")),
     (["--ckpt_path", "{tmp}/list.pt"], "list.pt is a PyTorch file but not a Lightning checkpoint (it holds a list)"),
     (["--ckpt_path", "{tmp}/model.safetensors"], "model.safetensors is a safetensors file of weights"),
+    # a checkpoint whose weights do not fit the model (edited, damaged, from another version): torch's
+    # load_state_dict traceback from inside Lightning's restore
+    (["--ckpt_path", "{tmp}/misfit.ckpt"], ("misfit.ckpt does not fit the model this config builds: size mismatch "
+                                            "for net.0.weight: copying a param with shape torch.Size([3, 3])")),
     (["--trainer.max_steps", "-5"], "max_steps"),
     # Lightning took these: a ZeroDivisionError mid-run, numpy's seed error, clipping skipped without a word
     (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches = 0: accumulate over N >= 1"),
@@ -70,6 +74,13 @@ def test_bad_inputs_are_one_line_errors_and_leave_no_run_dir(in_tmp, toy_config,
     if "truncated" in extra[-1]:
         good = _fit(toy_config) / "checkpoints" / "last.ckpt"
         (bad_files / "truncated.ckpt").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+        capsys.readouterr()
+    if "misfit" in extra[-1]:
+        import torch
+
+        ckpt = torch.load(_fit(toy_config) / "checkpoints" / "last.ckpt", weights_only=False)
+        ckpt["state_dict"]["net.0.weight"] = torch.zeros(3, 3)
+        torch.save(ckpt, bad_files / "misfit.ckpt")
         capsys.readouterr()
     before = set(Path("runs").rglob("config.yaml")) if Path("runs").exists() else set()
     extra = [a.replace("{tmp}", str(bad_files)) for a in extra]
