@@ -196,24 +196,38 @@ def load_pretrained(repo_or_dir: str | Path, revision: str | None = None, endpoi
     if from_hub:
         check_hub_class(cfg.get("model", cfg).get("class_path"), repo_or_dir, expected)
     module = _instantiate(cfg.get("model", cfg), local / CONFIG, repo_or_dir, expected, **overrides)
-    cls = type(module)
     state = load_state_dict_file(local / WEIGHTS)
     module.prepare_state_dict_load(state)
-    strict = getattr(module, "hub_strict", True)
+    load_fitting(module, state, f"weights in {repo_or_dir}")
+    return module.eval()
+
+
+def state_dict_misfit(error: RuntimeError) -> list[str] | None:
+    """The mismatches torch's load_state_dict lists ("Error(s) in loading state_dict for X:\n\tsize mismatch for
+    ..."), or None for another RuntimeError."""
+    text = str(error)
+    if not text.startswith("Error(s) in loading state_dict"):
+        return None
+    return [ln.strip() for ln in text.splitlines()[1:] if ln.strip()]
+
+
+def load_fitting(module: torch.nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
+    """Load `state` into `module`, refusing in one line weights that do not fit it: a shape that differs, or (for a
+    module that saves all its weights, `hub_strict`) a key missing or extra; a module that publishes part of its
+    weights may lack some, never have extra ones."""
+    name = type(module).__name__
     try:
         missing, unexpected = module.load_state_dict(state, strict=False)
     except RuntimeError as e:  # size mismatches raise even with strict=False (modules with their own loaders, such
-        # as QRoSA's NF4 state, decide what fits), as "Error(s) in loading state_dict ...:\n\tsize mismatch for ..."
-        if not str(e).startswith("Error(s) in loading state_dict"):
+        # as QRoSA's NF4 state, decide what fits)
+        problems = state_dict_misfit(e)
+        if problems is None:
             raise
-        first = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), "")
-        raise ZooError(f"weights in {repo_or_dir} do not fit {cls.__name__}: {first}") from e
-    if strict and (missing or unexpected):
-        raise ZooError(f"weights in {repo_or_dir} do not fit {cls.__name__}: missing {missing[:5]}, "
-                       f"unexpected {unexpected[:5]}")
+        raise ZooError(f"{what} do not fit {name}: {problems[0] if problems else ''}") from e
+    if getattr(module, "hub_strict", True) and (missing or unexpected):
+        raise ZooError(f"{what} do not fit {name}: missing {missing[:5]}, unexpected {unexpected[:5]}")
     if unexpected:
-        raise ZooError(f"weights in {repo_or_dir} have keys {cls.__name__} lacks: {unexpected[:5]}")
-    return module.eval()
+        raise ZooError(f"{what} have keys {name} lacks: {unexpected[:5]}")
 
 
 def check_hub_class(class_path: Any, source: Any, expected: type | None) -> None:
@@ -312,7 +326,7 @@ def module_from_run(run_dir: str | Path, checkpoint: str = "last", expected: typ
                           expected, **overrides)
     payload = load_checkpoint(ckpt)
     module.on_load_checkpoint(payload)  # modules whose state shape depends on training restore it here
-    module.load_state_dict(payload["state_dict"], strict=getattr(module, "hub_strict", True))
+    load_fitting(module, payload["state_dict"], f"weights in {ckpt}")
     return module
 
 

@@ -36,6 +36,7 @@ from zoo.checks import (
     requested_processes,
 )
 from zoo.errors import ZooError
+from zoo.hub import state_dict_misfit
 from zoo.registry import paper_of_class
 from zoo.rundir import (
     RUN_DIR_ENV,
@@ -189,12 +190,11 @@ class ZooCLI(LightningCLI):
         not a bug: one line naming the checkpoint and the first mismatches."""
         if not isinstance(error, RuntimeError) or error.__traceback__ is None:
             return None
+        problems = state_dict_misfit(error)
         frames = [tb.tb_frame.f_code for tb in _walk(error.__traceback__)]
-        restoring = any(Path(f.co_filename).name == "checkpoint_connector.py" for f in frames)
-        if not restoring or frames[-1].co_name != "load_state_dict":
+        if problems is None or not any(Path(f.co_filename).name == "checkpoint_connector.py" for f in frames):
             return None
         cfg = self.config.get(self.config.get("subcommand") or "") or {}
-        problems = [ln.strip() for ln in str(error).splitlines()[1:] if ln.strip()]
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
         return ZooError(f"checkpoint {cfg.get('ckpt_path')} does not fit the model this config builds: "
                         f"{'; '.join(problems[:3])}{more}")

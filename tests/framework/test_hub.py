@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -340,6 +341,26 @@ def test_from_pretrained_refuses_broken_or_misfitting_weights_in_one_line(tmp_pa
         (out / "model.safetensors").write_bytes(broken)
         with pytest.raises(ZooError, match=r"model.safetensors is not a readable safetensors file \("):
             ToyRegressor.from_pretrained(out)
+
+
+def test_a_run_dir_whose_checkpoint_does_not_fit_is_refused_in_one_line(in_tmp, toy_config, hub, capsys):
+    """from_pretrained(run dir) and `zoo push` read the run's checkpoint: weights that do not fit its config (an
+    edited or damaged file) were torch's load_state_dict traceback."""
+    from zoo.cli import main
+
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "1", "--wandb_mode", "disabled"]) == 0
+    (run_dir,) = list((in_tmp / "runs" / "toy").iterdir())
+    last = run_dir / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, weights_only=False)
+    ckpt["state_dict"]["net.0.weight"] = torch.zeros(3, 3)
+    torch.save(ckpt, last)
+    needle = f"weights in {last} do not fit ToyRegressor: size mismatch for net.0.weight"
+    with pytest.raises(ZooError, match=re.escape(needle)):
+        ToyRegressor.from_pretrained(run_dir)
+    capsys.readouterr()
+    assert main(["push", str(run_dir), "--repo", "org/misfit", "--endpoint", hub.endpoint]) == 2
+    assert capsys.readouterr().err.startswith(f"zoo: error: {needle}")
+    assert "org/misfit" not in hub.store.repos  # refused before the repo was created
 
 
 # -- 4. push of something that is not a run dir -----------------------------------------------------------
