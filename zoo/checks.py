@@ -23,17 +23,10 @@ def check_checkpoint(path: str | None) -> None:
     if path is None or str(path) in SPECIAL_CKPT or str(path).startswith("registry:"):
         return
     p = Path(path)
-    if p.is_dir():
-        raise ZooError(f"checkpoint {path} is a directory; give a checkpoint file (e.g. <run dir>/checkpoints/"
-                       f"last.ckpt)")
-    if not p.is_file():
-        raise ZooError(f"checkpoint {path} does not exist")
-    if _is_safetensors(p):
+    if p.is_file() and _is_safetensors(p):
         raise ZooError(f"checkpoint {path} is a safetensors file of weights (what `zoo push` publishes), not a "
                        "Lightning checkpoint; load it in Python with <Module>.from_pretrained(<its folder>)")
-    if not zipfile.is_zipfile(p):
-        raise ZooError(f"checkpoint {path} is not a readable PyTorch checkpoint (truncated, or not a checkpoint "
-                       f"file: {p.stat().st_size} bytes)")
+    check_torch_file(p)
     import torch
 
     try:  # the pickle only (tensors memory-mapped), as safely as Lightning will load it next
@@ -47,6 +40,18 @@ def check_checkpoint(path: str | None) -> None:
                 f"{', '.join(map(repr, list(ckpt)[:4]))}{', ...' if len(ckpt) > 4 else ''}")
         raise ZooError(f"checkpoint {path} is a PyTorch file but not a Lightning checkpoint ({what}); give a run's "
                        "checkpoints/*.ckpt")
+
+
+def check_torch_file(p: Path) -> None:
+    """A file torch.load can open: torch saves zip archives, so a truncated file (its central directory is at the
+    end) or random bytes are named here instead of by torch's unpickler."""
+    if p.is_dir():
+        raise ZooError(f"checkpoint {p} is a directory; give a checkpoint file (e.g. <run dir>/checkpoints/last.ckpt)")
+    if not p.is_file():
+        raise ZooError(f"checkpoint {p} does not exist")
+    if not zipfile.is_zipfile(p):
+        raise ZooError(f"checkpoint {p} is not a readable PyTorch checkpoint (truncated, or not a checkpoint "
+                       f"file: {p.stat().st_size} bytes)")
 
 
 def _is_safetensors(p: Path) -> bool:

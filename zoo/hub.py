@@ -17,6 +17,7 @@ import yaml
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from zoo.checks import check_torch_file
 from zoo.configs import load_yaml
 from zoo.errors import ZooError, flat
 from zoo.rundir import check_run_dir, newest_match
@@ -259,10 +260,12 @@ def _instantiate(model_cfg: dict, config_path: Path, source: Any, expected: type
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """A local Lightning checkpoint, loaded weights-only (no arbitrary unpickling); it must hold a state_dict."""
+    check_torch_file(Path(path))
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling refusal means the file is not plain tensors
-        raise ZooError(f"checkpoint {path} cannot be loaded weights-only ({type(e).__name__}: {e})") from e
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")  # torch explains at length
+        raise ZooError(f"checkpoint {path} cannot be loaded weights-only ({type(e).__name__}: {first})") from e
     if not isinstance(payload, dict) or "state_dict" not in payload:
         raise ZooError(f"checkpoint {path} has no state_dict")
     return payload

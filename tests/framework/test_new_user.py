@@ -45,6 +45,8 @@ def bad_files(tmp_path):
     (["--ckpt_path", "{tmp}/noise.ckpt"], "is not a readable PyTorch checkpoint"),
     (["--ckpt_path", "{tmp}/truncated.ckpt"], "is not a readable PyTorch checkpoint"),
     (["--ckpt_path", "{tmp}/missing.ckpt"], "missing.ckpt does not exist"),
+    # a stage's weights read weights-only (init_from): random bytes were torch's long unpickling refusal
+    (["--model.init_args.init_from", "{tmp}/noise.ckpt"], "noise.ckpt is not a readable PyTorch checkpoint"),
     (["--ckpt_path", "{tmp}/weights.pt"], ("weights.pt is a PyTorch file but not a Lightning checkpoint (no "
                                            "'state_dict' or 'pytorch-lightning_version' among its keys 'weight')")),
     (["--ckpt_path", "{tmp}/list.pt"], "list.pt is a PyTorch file but not a Lightning checkpoint (it holds a list)"),
