@@ -158,6 +158,46 @@ def _resolve(class_path: str) -> Any:
         return class_path
 
 
+def check_nulls(group: str, class_path: str | None, init_args: dict[str, Any]) -> None:
+    """A setting set to null where the class does not take None: jsonargparse refuses that for a plain argument but
+    lets it through into a class_path's init_args, so it reached the constructor ("'<' not supported between
+    instances of 'NoneType' and 'int'", in a traceback). A parameter whose default is None takes it."""
+    import inspect
+    import typing
+
+    cls = _resolve(class_path) if class_path else None
+    if not inspect.isclass(cls):
+        return
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+        params = inspect.signature(cls.__init__).parameters
+    except Exception:  # noqa: BLE001 - a signature that cannot be read is left to jsonargparse
+        return
+    for name, value in init_args.items():
+        if value is None and name in hints and name in params and params[name].default is not None \
+                and not _takes_none(hints[name]):
+            raise ZooError(f"{group}.init_args.{name} = null, but {cls.__name__} needs a value there "
+                           f"({_type_name(hints[name])})")
+
+
+def _takes_none(hint: Any) -> bool:
+    import types
+    import typing
+
+    if hint is Any or hint is type(None) or hint is None or isinstance(hint, typing.TypeVar):
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_takes_none(a) for a in typing.get_args(hint))
+    if origin is typing.Literal:
+        return None in typing.get_args(hint)
+    return False
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+
+
 def check_checkpoint_class(requested: str | None, restored: str | None, ckpt: str) -> None:
     """Lightning takes the model class from the checkpoint's hyper-parameters: another paper's (or another
     module's) checkpoint would build that model and meet this config's data deep inside a hook."""

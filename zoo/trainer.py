@@ -26,6 +26,7 @@ from zoo.checks import (
     check_checkpoint,
     check_checkpoint_class,
     check_init_args,
+    check_nulls,
     check_processes,
     check_ranges,
     check_resume_settings,
@@ -251,8 +252,12 @@ class ZooCLI(LightningCLI):
         model, trainer = _class_path(cfg.get("model")) or "", cfg.get("trainer") or {}
         check_init_args(_init_args(cfg.get("model")), _init_args(cfg.get("data")), self.subcommand == "fit")
         callbacks = trainer.get("callbacks") or []
-        for i, callback in enumerate(callbacks if isinstance(callbacks, list) else [callbacks]):
-            check_ranges(f"trainer.callbacks.{i}", _init_args(callback))  # counts and sizes by the same rules
+        callbacks = {f"trainer.callbacks.{i}": c for i, c in enumerate(callbacks if isinstance(callbacks, list)
+                                                                            else [callbacks])}
+        for group, part in {"model": cfg.get("model"), "data": cfg.get("data"), **callbacks}.items():
+            if group.startswith("trainer."):
+                check_ranges(group, _init_args(part))  # a callback's counts and sizes by the same rules
+            check_nulls(group, _class_path(part), _init_args(part))
         check_verb(model, self.subcommand)
         check_processes(model, self.subcommand, trainer)
         check_trainer_settings(trainer, self.subcommand)

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from zoo.cli import main
 
@@ -69,6 +70,9 @@ def bad_files(tmp_path):
     (["--data.init_args.batch_size", "-4"], "data.init_args.batch_size = -4: a count or size cannot be negative"),
     (["--data.init_args.seed", "-1"], "data.init_args.seed = -1: seeds are non-negative integers"),
     (["--data.init_args.n", "0"], "the training data has no batches"),  # Lightning: a run dir with no checkpoint
+    # null reached the constructor through jsonargparse's class_path init_args: a TypeError traceback
+    (["--model.init_args.hidden", "null"], "model.init_args.hidden = null, but ToyRegressor needs a value there (int)"),
+    (["--data.init_args.batch_size", "null"], "data.init_args.batch_size = null, but ToyData needs a value there"),
     (["--run_dir", "{tmp}/list.yaml"], "cannot create the run dir {tmp}/list.yaml (File exists"),
     (["--run_root", "{tmp}/list.yaml"], "cannot create the run dir {tmp}/list.yaml/toy (Not a directory"),
 ])
@@ -431,6 +435,42 @@ def test_the_settings_fuzzer_tells_one_line_refusals_from_tracebacks(tmp_path, t
     assert got["model.init_args.hidden", "0"]["rc"] == got["model.init_args.hidden", "-1"]["rc"] == 2
     assert got["model.init_args.sleep", "-1.0"]["rc"] == 99 and "sleep length must be non-negative" in \
         got["model.init_args.sleep", "-1.0"]["last"]
+
+
+def test_null_is_refused_only_where_the_signature_does_not_take_none(tmp_path, monkeypatch):
+    from zoo.checks import check_nulls
+    from zoo.errors import ZooError
+
+    (tmp_path / "null_probe.py").write_text(
+        "from __future__ import annotations\nfrom typing import Any, Literal, Optional, Union\n\n"
+        "class Settings:\n"
+        "    def __init__(self, a: int = 1, b: Optional[int] = 1, c: Union[str, None] = 'x', d: float | None = 1.0,\n"
+        "                 e: Literal['x', None] = 'x', f: Any = 1, g: list[int] = None, h: dict[str, Any] = 0):\n"
+        "        pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    check_nulls("model", "null_probe.Settings", {k: None for k in "bcdefg"})  # each takes None (g: its default)
+    for name, hint in (("a", "int"), ("h", "dict[str, Any]")):
+        with pytest.raises(ZooError) as info:
+            check_nulls("model", "null_probe.Settings", {name: None})
+        assert str(info.value) == f"model.init_args.{name} = null, but Settings needs a value there ({hint})"
+
+
+def test_the_sweep_fuzzer_checks_each_changed_sweep_file_with_a_dry_run(tmp_path, toy_config, monkeypatch):
+    """tests/support/fuzz_sweeps.py (the tool that found the unparsed later variants and the KeyError of a ${ref} in
+    a grid): each value of the file in turn of another kind, each change refused in one line or accepted."""
+    import fuzz_sweeps
+
+    monkeypatch.setattr(fuzz_sweeps, "OTHER_KINDS", [None, "zz", "${nope}/x.ckpt"])
+    sweep, out = tmp_path / "toy_sweep.yaml", tmp_path / "fuzz.jsonl"
+    sweep.write_text(yaml.safe_dump({"config": str(toy_config), "grid": {"model.init_args.init_from": [None]}}))
+    assert fuzz_sweeps.main([str(sweep), "--jobs", "1", "--out", str(out)]) == 0
+    got = {(tuple(r["at"]), r["value"]): r for r in map(json.loads, out.read_text().splitlines())}
+    assert len(got) == 5 * 3 + 1  # root, config, grid, the axis, its value; and an unknown key
+    ref = got[("grid", "model.init_args.init_from", 0), "${nope}/x.ckpt"]  # was a KeyError traceback
+    assert ref["rc"] == 2 and "refers to ${nope}, which is not an earlier stage" in ref["last"]
+    assert got[("config",), "zz"]["rc"] == 2 and "config 'zz' does not exist" in got[("config",), "zz"]["last"]
+    assert got[("zz_unknown",), 1]["rc"] == 2 and "unknown key(s) zz_unknown" in got[("zz_unknown",), 1]["last"]
+    assert got[("grid", "model.init_args.init_from", 0), "zz"]["rc"] == 0  # a path is checked when the point runs
 
 
 def test_the_settings_fuzzer_reaches_a_callbacks_settings_through_a_copy_of_the_config(tmp_path, toy_config):
