@@ -307,12 +307,12 @@ def plot_file(path: str) -> str:
     from matplotlib.backend_bases import FigureCanvasBase
 
     p = Path(path)
-    if p.suffix == "" and not p.is_dir():
-        p = p.with_name(p.name + ".png")
-    formats = FigureCanvasBase.get_supported_filetypes()
-    if not p.is_dir() and p.suffix[1:].lower() not in formats:
-        raise ZooError(f"--plot_path {path}: matplotlib cannot write {p.suffix!r} files; use one of "
-                       f"{', '.join('.' + f for f in sorted(formats))}")
+    if not p.is_dir():  # a folder: check_output_file names it
+        p = p if p.suffix else p.with_name(p.name + ".png")
+        formats = FigureCanvasBase.get_supported_filetypes()
+        if p.suffix[1:].lower() not in formats:
+            raise ZooError(f"--plot_path {path}: matplotlib cannot write {p.suffix!r} files; use one of "
+                           f"{', '.join('.' + f for f in sorted(formats))}")
     return str(check_output_file(p, "--plot_path"))
 
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import sys
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -68,12 +69,6 @@ class RunDirConfig(SaveConfigCallback):
                 name, n = f"config.{stage}-{n}.yaml", n + 1
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.parser.save(self.config, self.run_dir / name, skip_unset=False, overwrite=False, multifile=False)
-
-
-def _walk(tb: Any) -> Any:
-    while tb is not None:
-        yield tb
-        tb = tb.tb_next
 
 
 def _init_args(model: Any) -> dict[str, Any]:
@@ -192,12 +187,11 @@ class ZooCLI(LightningCLI):
         if not isinstance(error, RuntimeError) or error.__traceback__ is None:
             return None
         problems = state_dict_misfit(error)
-        frames = [tb.tb_frame.f_code for tb in _walk(error.__traceback__)]
-        if problems is None or not any(Path(f.co_filename).name == "checkpoint_connector.py" for f in frames):
+        files = [Path(frame.f_code.co_filename).name for frame, _ in traceback.walk_tb(error.__traceback__)]
+        if problems is None or "checkpoint_connector.py" not in files:
             return None
-        cfg = self.config.get(self.config.get("subcommand") or "") or {}
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        return ZooError(f"checkpoint {cfg.get('ckpt_path')} does not fit the model this config builds: "
+        return ZooError(f"checkpoint {self._cfg().get('ckpt_path')} does not fit the model this config builds: "
                         f"{'; '.join(problems[:3])}{more}")
 
     @staticmethod
@@ -251,13 +245,12 @@ class ZooCLI(LightningCLI):
         cfg = self._cfg()
         model, trainer = _class_path(cfg.get("model")) or "", cfg.get("trainer") or {}
         check_init_args(_init_args(cfg.get("model")), _init_args(cfg.get("data")), self.subcommand == "fit")
+        for group in ("model", "data"):
+            check_nulls(group, _class_path(cfg.get(group)), _init_args(cfg.get(group)))
         callbacks = trainer.get("callbacks") or []
-        callbacks = {f"trainer.callbacks.{i}": c for i, c in enumerate(callbacks if isinstance(callbacks, list)
-                                                                            else [callbacks])}
-        for group, part in {"model": cfg.get("model"), "data": cfg.get("data"), **callbacks}.items():
-            if group.startswith("trainer."):
-                check_ranges(group, _init_args(part))  # a callback's counts and sizes by the same rules
-            check_nulls(group, _class_path(part), _init_args(part))
+        for i, callback in enumerate(callbacks if isinstance(callbacks, list) else [callbacks]):
+            check_ranges(f"trainer.callbacks.{i}", _init_args(callback))  # counts and sizes by the model's rules
+            check_nulls(f"trainer.callbacks.{i}", _class_path(callback), _init_args(callback))
         check_verb(model, self.subcommand)
         check_processes(model, self.subcommand, trainer)
         check_trainer_settings(trainer, self.subcommand)

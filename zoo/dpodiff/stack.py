@@ -104,7 +104,7 @@ def tiny_stack(seed: int = 0, unet_channels: Sequence[int] = (16, 32), vae_chann
             vision_config=dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                                num_attention_heads=heads, image_size=clip_image_size, patch_size=clip_patch)))
     stack = SDStack(tok, text_encoder, unet, vae, PNDMScheduler(**SD14_SCHEDULER), clip, clip_image_size)
-    return stack.to(getattr(torch, dtype))
+    return stack.to(resolve_dtype(dtype))
 
 
 def load_stack(model_id: str = "CompVis/stable-diffusion-v1-4", clip_id: str = "openai/clip-vit-base-patch32",
