@@ -489,3 +489,42 @@ def test_the_settings_fuzzer_reaches_a_callbacks_settings_through_a_copy_of_the_
     assert sorted(got) == [(key, "-1"), (key, "0")]
     assert got[key, "0"]["rc"] == 2 and got[key, "0"]["last"] == "zoo: error: every_n_epochs must be >= 1, got 0"
     assert got[key, "-1"]["last"] == f"zoo: error: {key} = -1: a count or size cannot be negative"
+
+
+def test_the_data_fuzzer_changes_each_field_of_a_valid_file_and_runs_the_command_on_it(tmp_path, toy_config,
+                                                                                       monkeypatch):
+    """tests/support/fuzz_data.py: each change of a valid CSV's contents is run as the case's command. A reader that
+    checks nothing lets a renamed column (KeyError) and a word (float()'s ValueError) out as tracebacks; the
+    header alone is refused in one line by the reader, a nan by the trainer's non-finite loss check; -1 is accepted
+    (listed, to read by hand)."""
+    import fuzz_data
+
+    (tmp_path / "csv_probe.py").write_text(
+        "import csv\nimport torch\nfrom torch.utils.data import TensorDataset\nfrom zoo.errors import ZooError\n"
+        "from zoo_toy import ToyData\n\n"
+        "class CsvData(ToyData):\n"
+        "    def setup(self, stage=None):\n"
+        "        rows = list(csv.DictReader(open(self.path)))\n"
+        "        if not rows:\n"
+        "            raise ZooError(f'{self.path} holds no rows')\n"
+        "        x = torch.tensor([[float(r['x'])] * 4 for r in rows])\n"
+        "        self.ds = TensorDataset(x, x.sum(1))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the forked runs inherit it
+
+    def write(folder):
+        (folder / "d.csv").write_text("x\n" + "".join(f"{i / 4}\n" for i in range(8)))
+        return ["--data.class_path=csv_probe.CsvData", f"--data.init_args.path={folder / 'd.csv'}"]
+
+    case = fuzz_data.Case("probe", str(toy_config), write, args=["--trainer.max_epochs=1"])
+    monkeypatch.setattr(fuzz_data, "all_cases", lambda: {"probe": case})
+    out = tmp_path / "fuzz.jsonl"
+    assert fuzz_data.main(["--jobs", "1", "--out", str(out)]) == 1
+    got = {r["change"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert sorted(got) == sorted(["header only", "column 'x' dropped", "column 'x' renamed"]
+                                 + [f"column 'x' {v} in row 1" for v in ("a word", "empty", "nan", "inf", "-1")])
+    assert got["header only"]["rc"] == 2 and "holds no rows" in got["header only"]["last"]
+    assert got["column 'x' renamed"]["rc"] == got["column 'x' a word in row 1"]["rc"] == 99
+    assert "KeyError" in got["column 'x' renamed"]["last"] and "ValueError" in got["column 'x' a word in row 1"]["last"]
+    nan = got["column 'x' nan in row 1"]
+    assert nan["rc"] == 2 and "non-finite training loss" in nan["last"]
+    assert got["column 'x' -1 in row 1"]["rc"] == 0

@@ -110,6 +110,8 @@ def test_real_files_have_the_documented_sizes(shared_data):
     ("logo", {"language": ["a square"]}, "needs 'program'"),
     ("logo", {"program": "forward(1)"}, "has no query"),
     ("date", {"language": ["q"]}, "needs 'program'"),
+    ("date", {"id": 1, "question": "q", "answer": None}, "needs 'program'"),  # scored every query wrong before
+    ("textcraft", {"idx": "env_1", "language": ["craft x."], "metadata": "m", "answer": None}, "needs 'program'"),
     ("textcraft", {"language": ["craft x."], "program": "x"}, "needs 'idx'"),
     ("textcraft", {"idx": "env_1", "language": ["craft x."], "program": "x"}, "needs 'metadata'"),
     ("logo", [1, 2], "must be a JSON object"),

@@ -40,7 +40,8 @@ def normalize(domain: str, row: Any, index: int, split: str, where: str) -> dict
             raise ZooError(f"{where}: a LOGO row needs 'program' (the gold turtle program)")
         return {"id": f"logo_{split}_{index}", "query": q, "program": program, "answer": None, "metadata": None}
     if domain == "date":
-        if program is None and "answer" not in row:
+        # an "answer": null counts as none: its gold text would be "None", which no program's date equals
+        if program is None and row.get("answer") is None:
             raise ZooError(f"{where}: a Date row needs 'program' (train_combined) or 'answer' ('#### MM/DD/YYYY')")
         rid = row.get("id", f"{split}_{index}")
         return {"id": f"date_{rid}", "query": q, "program": program, "answer": row.get("answer"), "metadata": None}
@@ -48,7 +49,7 @@ def normalize(domain: str, row: Any, index: int, split: str, where: str) -> dict
         for key in ("idx", "metadata"):
             if key not in row:
                 raise ZooError(f"{where}: a TextCraft row needs {key!r}")
-        if program is None and "answer" not in row:
+        if program is None and row.get("answer") is None:
             raise ZooError(f"{where}: a TextCraft row needs 'program' or 'answer'")
         return {"id": f"textcraft_{row['idx']}", "query": q, "program": program, "answer": row.get("answer"),
                 "metadata": row["metadata"]}
