@@ -28,6 +28,22 @@ def test_training_step_gradients():
     assert any(p.grad is not None for p in m.denoiser.parameters())
 
 
+def test_a_lightning_fit_leaves_the_frozen_backbone_in_eval_mode(tmp_path):
+    """Lightning (2.2 on) keeps each submodule's mode and no longer calls model.train() when a fit starts: the
+    backbone was left in train mode, its batch norms normalised with batch statistics and moved their running
+    statistics away from the pretrained ones (and a batch of one image raised)."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    m = VPDMModule(**TINY)
+    before = {k: v.clone() for k, v in m.features.net.state_dict().items()}
+    L.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+              enable_model_summary=False, default_root_dir=tmp_path).fit(m, DataLoader([_batch()], batch_size=None))
+    assert not m.features.net.training
+    for k, v in m.features.net.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
 def test_conditions():
     m = VPDMModule(**TINY)
     x = m.features(_batch()["image"])

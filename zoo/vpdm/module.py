@@ -40,6 +40,9 @@ class FeatureExtractor(nn.Module):
         self.dim = sum(self.net.feature_info.channels())
         for p in self.net.parameters():
             p.requires_grad_(False)
+        # eval from the start, not only in train(): Lightning (2.2 on) keeps each submodule's mode and calls no
+        # model.train() when a fit starts, so a backbone built in train mode would train its batch norms
+        self.net.eval()
         self.norm = norm
         # momentum=None: the running statistics are the plain average over every training batch seen
         self.standardize = nn.BatchNorm2d(self.dim, affine=False, momentum=None) if norm == "channel" else None
