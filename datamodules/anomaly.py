@@ -95,6 +95,8 @@ def visa_samples(root: Path, classes: list[str], split: Literal["train", "test"]
     index = {c: i for i, c in enumerate(classes)}
     out = []
     for r in rows:
+        if r["split"] not in ("train", "test"):  # another word would drop the row from both splits, silently
+            raise ZooError(f"{path}: split {r['split']!r} of {r['image']} is not 'train' or 'test'")
         if r["split"] != split or r["object"] not in index:
             continue
         if r["label"] not in ("normal", "anomaly"):  # any other word would silently make a defect a normal image

@@ -135,17 +135,33 @@ def load_kernels(path: str) -> list[np.ndarray]:
         if "kernels" not in mat:
             raise ZooError(f"kernel file {path} has no 'kernels' cell (keys: {sorted(k for k in mat if k[0] != '_')})")
         cell = mat["kernels"]
-        ks = [np.asarray(cell.flat[i], dtype=np.float64) for i in range(cell.size)]
-        return [k / k.sum() for k in ks[:8]]  # Levin's 8 come first (DPIR's kernels_12.mat)
+        ks = []
+        for i in range(min(cell.size, 8)):  # Levin's 8 come first (DPIR's kernels_12.mat)
+            where = f"kernel {i + 1} of {path}"
+            try:
+                k = np.asarray(cell.flat[i], dtype=np.float64)
+            except (TypeError, ValueError) as e:
+                raise ZooError(f"{where} is not an array of numbers ({e})") from e
+            ks.append(normalised_kernel(k, where))
+        return ks
     raise ZooError(f"kernel file {path} must be a .png, a .mat or a folder of kevin_*.png")
 
 
 def _png_kernel(path: Path) -> np.ndarray:
     with reading(path, "kernel image"), Image.open(path) as im:
         k = np.asarray(im.convert("L"), dtype=np.float64) / 255.0
-    if k.sum() <= 0:
-        raise ZooError(f"kernel image {path} is all zero")
-    return k / k.sum()  # the official scripts normalise the 8-bit kernel images to sum 1
+    return normalised_kernel(k, f"kernel image {path}")  # the official scripts normalise the 8-bit images to sum 1
+
+
+def normalised_kernel(k: np.ndarray, where: str) -> np.ndarray:
+    """A user's blur kernel scaled to sum 1, once it is known to be one: a 2-D array of finite, non-negative
+    values, not all zero (an empty or 1-D cell entry failed in the convolution, a NaN or a zero sum came out as a
+    NaN kernel that the solvers refused without naming the file)."""
+    if k.ndim != 2 or k.size == 0:
+        raise ZooError(f"{where} is not a 2-D kernel (shape {k.shape})")
+    if not np.isfinite(k).all() or (k < 0).any() or k.sum() <= 0:
+        raise ZooError(f"{where} must hold finite, non-negative values, not all zero")
+    return k / k.sum()
 
 
 def gaussian_kernel(size: int, rng: np.random.Generator) -> np.ndarray:

@@ -93,6 +93,15 @@ def test_visa_split_csv(tmp_path):
         AnomalyDataModule(source="visa", root=str(tmp_path), classes=["candle"]).setup("fit")
 
 
+def test_visa_split_csv_with_an_unknown_split(tmp_path):
+    """A row whose split is neither train nor test was dropped from both, silently."""
+    from datamodules.anomaly import AnomalyDataModule
+
+    csv = written(tmp_path / "split_csv/1cls.csv", b"object,split,label,image,mask\ncandle,tain,normal,a.JPG,\n")
+    with pytest.raises(ZooError, match=f"{csv}: split 'tain' of a.JPG is not 'train' or 'test'"):
+        AnomalyDataModule(source="visa", root=str(tmp_path), classes=["candle"]).setup("fit")
+
+
 # ------------------------------------------------------------------------------------------------ breaking bad
 def _breaking_bad(root: Path):
     from datamodules.breaking_bad import BreakingBadDataModule, synthetic_fracture
@@ -443,6 +452,27 @@ def test_kernel_mat_empty(tmp_path):
                                image_size=None, task="deblur")
     with pytest.raises(ZooError, match=f"kernel file {bad} is not a MAT v5 file"):
         dm.setup("test")
+
+
+@pytest.mark.parametrize("first, problem", [
+    (np.array(["zz"]), "is not an array of numbers"),  # was float()'s ValueError
+    (np.zeros((0, 9)), r"is not a 2-D kernel \(shape \(0, 9\)\)"),  # was a RuntimeError in the solver
+    (np.ones((3, 3, 3)), r"is not a 2-D kernel \(shape \(3, 3, 3\)\)"),
+    (np.zeros((9, 9)), "must hold finite, non-negative values"),  # these three: the solver's message, no file
+    (np.full((9, 9), np.nan), "must hold finite, non-negative values"),
+    (-np.ones((9, 9)), "must hold finite, non-negative values"),
+])
+def test_kernel_mat_cell_contents(tmp_path, first, problem):
+    """A kernels_12.mat cell whose first kernel is not a blur kernel names the kernel and the file."""
+    from scipy.io import savemat
+
+    from datamodules.restoration import load_kernels
+
+    cell = np.empty((1, 2), dtype=object)
+    cell[0, 0], cell[0, 1] = first, np.ones((9, 9))
+    savemat(tmp_path / "kernels_12.mat", {"kernels": cell})
+    with pytest.raises(ZooError, match=f"kernel 1 of {tmp_path / 'kernels_12.mat'} {problem}"):
+        load_kernels(str(tmp_path / "kernels_12.mat"))
 
 
 # ------------------------------------------------------------------------------------------------ seqrec

@@ -125,7 +125,7 @@ def array_changes(arrays: dict[str, np.ndarray]) -> list[tuple[str, dict[str, np
     out = []
     for key, a in arrays.items():
         out.append((f"array {key!r} dropped", {k: v for k, v in arrays.items() if k != key}))
-        changed = {"of strings": a.astype(str), "empty": a[:0],
+        changed = {"of strings": np.full(a.shape, BOGUS), "empty": a[:0],
                    "flattened" if a.ndim > 1 else "with an extra axis": a.reshape(-1) if a.ndim > 1 else a[:, None]}
         if a.dtype.kind in "iuf" and a.size:
             nan = a.astype(float)
