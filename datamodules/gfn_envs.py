@@ -113,9 +113,19 @@ def read_observations(path: str, n_nodes: int) -> pd.DataFrame:
                        "variable names: add a header line (e.g. A,B,C,D,E)")
     if frame.shape[1] != n_nodes:
         raise ZooError(f"BN data file {path} has {frame.shape[1]} columns {list(frame.columns)[:8]}; n_nodes={n_nodes}")
+    if len(frame) == 0:  # before the dtype check: a header-only frame's columns read as text
+        raise ZooError(f"BN data file {path} holds its header only: no observations to score")
     bad = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
-    if bad or frame.isna().any().any():
-        raise ZooError(f"BN data file {path} must hold numbers only; non-numeric or missing values in {bad or 'rows'}")
+    if bad:
+        raise ZooError(f"BN data file {path} must hold numbers only; non-numeric values in column(s) {bad}")
+    # an empty cell or nan is missing, an inf overflows BGe's scatter matrix: name the first such observation
+    # (a row of the file counts from 1 below its header line)
+    finite = np.isfinite(frame.to_numpy(np.float64))
+    if not finite.all():
+        row, col = np.argwhere(~finite)[0]
+        raise ZooError(f"BN data file {path}: observation {row + 1} (line {row + 2}), column {frame.columns[col]!r} "
+                       f"is {frame.iat[row, col]}; every observation needs a finite number in every column "
+                       f"({int((~finite.all(axis=1)).sum())} row(s) do not)")
     return frame
 
 

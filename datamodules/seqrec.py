@@ -87,6 +87,11 @@ def _movielens_lines(lines, where: str) -> Rows:
         parts = line.strip().split("::")
         if len(parts) != 4:
             raise ZooError(f"{where}:{k}: expected UserID::MovieID::Rating::Timestamp, got {line.strip()[:80]!r}")
+        # an empty ID would group the row under a user (or item) "" that the file never names
+        for name, value in (("UserID", parts[0]), ("MovieID", parts[1])):
+            if not value.strip():
+                raise ZooError(f"{where}:{k}: the {name} is empty (expected UserID::MovieID::Rating::Timestamp, "
+                               "the IDs integers)")
         try:
             rows.append((parts[0], parts[1], int(parts[3])))
         except ValueError as e:
@@ -160,13 +165,24 @@ def _amazon_jsonl(path: Path, lines, first_line: int = 1) -> tuple[Rows, str]:
                                f"({'/'.join(_JSON_ITEM)}) and time ({'/'.join(_JSON_TIME)}) key; it has "
                                f"{sorted(r)}")
         try:
-            rows.append((str(r[keys[0]]), str(r[keys[1]]), int(float(r[keys[2]]))))
+            user, item, time = r[keys[0]], r[keys[1]], int(float(r[keys[2]]))
         except KeyError as e:
             raise ZooError(f"{path}:{k}: review lacks key {e.args[0]!r} (the first review has "
                            f"{', '.join(keys)}); it has {sorted(r)}") from e
-        except (TypeError, ValueError) as e:
-            raise ZooError(f"{path}:{k}: {keys[2]} is not a number: {r.get(keys[2])!r}") from e
+        except (TypeError, ValueError, OverflowError) as e:  # OverflowError: an infinite time (JSON Infinity)
+            raise ZooError(f"{path}:{k}: {keys[2]} is not a finite number: {str(r.get(keys[2]))[:40]!r} (Unix time "
+                           "expected)") from e
+        rows.append((_json_id(user, keys[0], path, k), _json_id(item, keys[1], path, k), time))
     return rows, f"JSON lines ({keys[0]} -> user, {keys[1]} -> item, {keys[2]} -> time)"
+
+
+def _json_id(value, key: str, path: Path, k: int) -> str:
+    """A review's user or item ID: a non-empty string (a number is taken as its digits); str() of a null, a list or
+    an object would group reviews under an ID such as 'None' that the file never names."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+        shown = "null" if value is None else repr(value)[:40]
+        raise ZooError(f"{path}:{k}: {key} is {shown}; expected a non-empty ID string")
+    return str(value)
 
 
 def _amazon_csv(path: Path, lines, columns: str | None, first_line: int = 1) -> tuple[Rows, str]:
@@ -210,6 +226,9 @@ def _amazon_csv(path: Path, lines, columns: str | None, first_line: int = 1) -> 
         except (ValueError, OverflowError) as e:  # a date string, nan, inf: items are ordered by numeric time
             raise ZooError(f"{path}:{k}: the timestamp {r[ti][:40]!r} is not a number (Unix time expected; {how})"
                            ) from e
+        for what, value in (("user", r[ui]), ("item", r[ii])):
+            if not value.strip():  # else grouped under an ID "" that the file never names
+                raise ZooError(f"{path}:{k}: the {what} ID is empty ({how})")
     return rows, how
 
 

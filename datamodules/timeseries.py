@@ -358,6 +358,13 @@ class UCRClassificationDataModule(_WindowSets):
             if bad:
                 raise ZooError(f"{where.get(split, split)}: case {bad[0]} holds an infinite value ({len(bad)} such "
                                "case(s)); write a missing step as '?'")
+            # a step is observed when every channel has it (`left_pad`): a case without one is all padding, which
+            # the encoder refuses mid-run naming only a batch position
+            empty = [i for i, s in enumerate(data.series) if np.isnan(s).any(0).all()]
+            if empty:
+                raise ZooError(f"{where.get(split, split)}: case {empty[0]} (counting from 0 after @data) has no "
+                               f"observed step: every value is '?' or nan in some channel ({len(empty)} such "
+                               "case(s)); a case needs at least one step observed in all its channels")
             lengths = sorted({s.shape[1] for s in data.series})
             if hp.scaling == "per_timestep" and len(lengths) > 1:
                 raise ZooError(f"{where.get(split, split)}: cases of unequal lengths {lengths[:5]}; scaling="
@@ -509,6 +516,12 @@ class UCRAnomalyDataModule(_WindowSets):
             return
         series, what = self.read()
         k = series.train_end
+        # the archive marks one anomaly after the training part; without one the adjusted F1 is 0 whatever the
+        # scores (a TSB-UAD .out file carries its own label column, which may disagree with its name)
+        if not series.labels[k:].any():
+            raise ZooError(f"{what}: the test part (points {k}..{len(series.values) - 1}) holds no anomalous point "
+                           "(label 1): there is nothing to detect and the adjusted F1 would be 0 whatever the scores; "
+                           "the archive's series have their anomaly after the training part")
         scaler = StandardScaler().fit(series.values[:k, None])
         values = scaler.transform(series.values[:, None])[:, 0]
         self.series = series

@@ -148,6 +148,9 @@ def test_oracle_refusals(tmp_path):
     lfs.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 1\n")
     with pytest.raises(ZooError, match="Git LFS pointer"):
         read_oracle(str(lfs))
+    empty = _write_oracle(tmp_path / "empty.pkl", np.zeros((0, 8), np.int64), np.zeros((0, 1), np.float32))
+    with pytest.raises(ZooError, match=r"empty.pkl holds no rows \('x' \(0, 8\), 'y' \(0, 1\)\)"):
+        read_oracle(empty)
     x = every_sequence(2, 2)
     with pytest.raises(ZooError, match="not every sequence in base-2 order"):
         SequenceEnv.from_oracle(x[::-1].copy(), np.ones(4), nbase=2)

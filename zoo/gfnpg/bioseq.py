@@ -65,6 +65,9 @@ def read_oracle(path: str) -> tuple[np.ndarray, np.ndarray]:
         raise ZooError(f"oracle file {path} must hold a dict with keys 'x' and 'y', got "
                        f"{sorted(data) if isinstance(data, dict) else type(data).__name__}")
     x, y = np.asarray(data["x"]), np.asarray(data["y"], dtype=np.float64)
+    if x.size == 0 or y.size == 0:  # numpy's reshape of an empty y raised a ValueError below
+        raise ZooError(f"oracle file {path} holds no rows ('x' {x.shape}, 'y' {y.shape}); it holds every sequence "
+                       "of the task and its score")
     if x.ndim != 2 or y.reshape(len(y), -1).shape[1] != 1 or len(x) != len(y):
         raise ZooError(f"oracle file {path}: 'x' must be (N, L) and 'y' (N,) or (N, 1), got {x.shape} and {y.shape}")
     return x.astype(np.int64), y.reshape(-1)
