@@ -69,8 +69,9 @@ def _as_array(obj, name: str, path: str) -> np.ndarray:
     elif hasattr(obj, "values") and not isinstance(obj, np.ndarray):
         obj = obj.values
     arr = np.asarray(obj)
-    if arr.dtype == object:
-        raise ZooError(f"{path}: {name} is not numeric")
+    # text (an R character vector, a numpy string array) is not an object array: it reached np.isfinite, a TypeError
+    if arr.dtype.kind not in "biuf":
+        raise ZooError(f"{path}: {name} holds {arr.dtype} values, expected numbers")
     return arr
 
 
@@ -84,8 +85,18 @@ def _check_arrays(d: dict, path: str) -> tuple[np.ndarray, ...]:
     y_tr, y_te = y_tr.reshape(-1), y_te.reshape(-1)
     if len(y_tr) != len(x_tr) or len(y_te) != len(x_te):
         raise ZooError(f"{path}: {len(x_tr)}/{len(x_te)} feature rows but {len(y_tr)}/{len(y_te)} labels")
-    if not (np.isfinite(x_tr).all() and np.isfinite(x_te).all()):
-        raise ZooError(f"{path}: features contain NaN or inf")
+    for name, a in (("x_train", x_tr), ("x_test", x_te)):
+        bad = np.argwhere(~np.isfinite(a))
+        if len(bad):
+            raise ZooError(f"{path}: {name}[{bad[0][0]}, {bad[0][1]}] is {a[tuple(bad[0])]}, expected a finite feature "
+                           f"({len(bad)} non-finite entries in {name})")
+    for name, y in (("y_train", y_tr), ("y_test", y_te)):
+        # a NaN or -1 label became an 11th class (refused later by the model, naming no file) or a test class of its
+        # own; the release's labels are 1..10 (R), a .npz's 0..K-1
+        bad = np.flatnonzero(~np.isfinite(y) | (y < 0) | (y != np.round(y)))
+        if len(bad):
+            raise ZooError(f"{path}: {name}[{bad[0]}] is {y[bad[0]]}, expected a class label, a whole number >= 0 "
+                           f"({len(bad)} such labels)")
     y_tr, y_te = _labels(y_tr, y_te, path)
     return x_tr.astype(np.float64), y_tr, x_te.astype(np.float64), y_te
 

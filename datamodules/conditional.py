@@ -50,11 +50,17 @@ class Schema:
     y: str
     y_lower: float = -np.inf
     file_columns: tuple[str, ...] = ()  # the released files' column order (documentation and writers)
+    binary: tuple[str, ...] = ()  # covariates that are 0/1 indicators
+    nonnegative: tuple[str, ...] = ()  # covariates that cannot be negative (ages, years, earnings)
 
 
 SCHEMAS = {
     "cps": Schema(("t", "age", "education", "re74", "re75", "black", "hispanic", "married", "nodegree"), "re78", 0.0,
-                  ("t", "age", "education", "black", "hispanic", "married", "nodegree", "re74", "re75", "re78")),
+                  ("t", "age", "education", "black", "hispanic", "married", "nodegree", "re74", "re75", "re78"),
+                  # t is released 0/1 too, but only balance=True needs it so (`_balance` checks it there; without
+                  # balance a t of 2 is read, tests/gentle's test_balance_needs_a_binary_treatment_with_both_groups)
+                  binary=("black", "hispanic", "married", "nodegree"),
+                  nonnegative=("t", "age", "education", "re74", "re75")),
     "ecm": Schema(("Barrett", "aspirinEffect", "statinEffect", "drugIndex", "initialAge"), "QALY",
                   file_columns=("Barrett", "aspirinEffect", "statinEffect", "drugIndex", "initialAge", "QALY")),
     "toy1": Schema(("x1", "x2", "x3"), "y", file_columns=("x1", "x2", "x3", "y")),
@@ -221,23 +227,41 @@ class ConditionalDataModule(SplitLoaders, L.LightningDataModule):
         return frame_from_draws(self.schema, x, y)
 
     def _check(self, df: pd.DataFrame, split: str) -> pd.DataFrame:
-        cols = [*self.schema.x, self.schema.y]
-        try:
-            values = df[cols].to_numpy(dtype=np.float64)
-        except (TypeError, ValueError) as e:
-            raise ZooError(f"{self.hparams.dataset} {split}: non-numeric values in {cols} ({e})") from e
-        if len(values) == 0:
-            raise ZooError(f"{self.hparams.dataset} {split} set is empty")
-        bad = ~np.isfinite(values)
-        if bad.any():
-            row, col = np.argwhere(bad)[0]
-            raise ZooError(f"{self.hparams.dataset} {split}: non-finite {cols[col]} ({values[row, col]}) in row {row} "
-                           f"({bad.any(axis=1).sum()} bad row(s))")
-        below = values[:, -1] < self.schema.y_lower
-        if below.any():
-            raise ZooError(f"{self.hparams.dataset} {split}: {self.schema.y} below its lower bound "
-                           f"{self.schema.y_lower} in {below.sum()} row(s)")
-        return df[cols].astype(np.float64).reset_index(drop=True)
+        """The split's columns as float64; a ZooError naming the file, the row (counted from 0 after the header) and
+        the column of the first value that is not a finite number in the column's range."""
+        hp, cols = self.hparams, [*self.schema.x, self.schema.y]
+        where = (f"{hp.dataset} {split} file {Path(hp.data_dir) / f'{split}.csv'}" if hp.source == "local"
+                 else f"embedded {hp.dataset} {split} set")
+        if len(df) == 0:
+            raise ZooError(f"{where} is empty (a header and no rows); every split needs observations")
+        at = lambda i: f"in row {i} (rows counted from 0 after the header)"
+        for c in cols:
+            # a word in a cell makes pandas read the whole column as text: name that cell, not only the column
+            words = pd.to_numeric(df[c], errors="coerce").isna() & df[c].notna()
+            if words.any():
+                i = int(np.flatnonzero(words.to_numpy())[0])
+                raise ZooError(f"{where}: {c} is {df[c].iloc[i]!r} {at(i)}, expected a number "
+                               f"({int(words.sum())} such row(s))")
+        values = df[cols].apply(pd.to_numeric).to_numpy(dtype=np.float64)
+        finite = np.isfinite(values)
+        checks = [(~finite, lambda c, v: f"non-finite {c} ({v})", "a finite number (an empty cell reads as nan)")]
+        # the released LDW-CPS columns: the demographics are 0/1 indicators, t, age, schooling and earnings >= 0 (see
+        # SCHEMAS); a -1 there was standardised and trained on without a word
+        name = np.array(cols)
+        for c in self.schema.binary:
+            checks.append((finite & (name == c) & ~np.isin(values, (0.0, 1.0)), lambda c, v: f"{c} is {v:g}",
+                           "0 or 1 (an indicator)"))
+        for c in self.schema.nonnegative:
+            checks.append((finite & (name == c) & (values < 0), lambda c, v: f"{c} is {v:g}", ">= 0"))
+        checks.append((finite & (name == self.schema.y) & (values < self.schema.y_lower),
+                       lambda c, v: f"{c} below its lower bound {self.schema.y_lower} ({v:g})",
+                       f">= {self.schema.y_lower:g}"))
+        for bad, what, expected in checks:
+            if bad.any():
+                row, col = np.argwhere(bad)[0]
+                raise ZooError(f"{where}: {what(cols[col], values[row, col])} {at(row)}, expected {expected} "
+                               f"({int(bad.any(axis=1).sum())} such row(s))")
+        return pd.DataFrame(values, columns=cols)
 
     def _balance(self, df: pd.DataFrame) -> pd.DataFrame:
         t = df["t"]

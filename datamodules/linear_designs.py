@@ -107,14 +107,25 @@ def load_npz(path: str | Path) -> list[dict[str, Any]]:
         raise ZooError(f"{path}: X has shape {arrays['X'].shape}, expected at least one design of n >= 1 rows, d >= 1")
     if y.ndim == 2:
         y = y[:, None, :]
-    if y.ndim != 3 or y.shape[0] != B or y.shape[-1] != n:
+    # y of shape (0, n) is K = 0 responses: it fit the shapes and ended in an IndexError at test time
+    if y.ndim != 3 or y.shape[0] != B or y.shape[-1] != n or not y.shape[1]:
         raise ZooError(f"{path}: y has shape {arrays['y'].shape}, which does not fit X of shape {arrays['X'].shape} "
-                       "(one response (n,) or K responses (K, n) per design)")
+                       "(one response (n,) or K >= 1 responses (K, n) per design)")
     w = arrays.get("w_star")
     if w is not None:
         w = np.broadcast_to(w, (B, d)) if w.shape in ((d,), (B, d)) else None
         if w is None:
             raise ZooError(f"{path}: w_star has shape {arrays['w_star'].shape}, expected ({d},) or ({B}, {d})")
+    for key in ("X", "y", "w_star"):
+        # a NaN reached the solver, which refused "y has 4 non-finite entries" (w*'s NaN had become y's) naming no file
+        bad = None if key not in arrays else np.argwhere(~np.isfinite(arrays[key]))
+        if bad is not None and len(bad):
+            at = tuple(int(i) for i in bad[0])
+            raise ZooError(f"{path}: {key}{list(at)} is {arrays[key][at]}, expected a finite number "
+                           f"({len(bad)} non-finite entries in {key})")
+    if n >= d:
+        raise ZooError(f"{path}: X has shape {arrays['X'].shape}: n={n} rows and d={d} columns per design, but "
+                       "minimum-norm interpolation needs n < d (more unknowns than equations)")
     return [{"index": b, "X": torch.from_numpy(X[b].astype(np.float64)), "y": torch.from_numpy(y[b].astype(np.float64)),
              "w_star": None if w is None else torch.from_numpy(np.array(w[b], dtype=np.float64)),
              "law": "local", "sigma": math.nan} for b in range(B)]

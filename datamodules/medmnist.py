@@ -67,9 +67,13 @@ def read_medmnist(path: Path) -> dict[str, np.ndarray]:
         if x.dtype != np.uint8 or (x.ndim == 4 and x.shape[-1] not in (1, 3)):
             raise ZooError(f"{path.name}: {s}_images is {x.dtype} {x.shape}; MedMNIST images are uint8 [N, H, W] "
                            "(grey) or [N, H, W, 3] (RGB)")
-        if not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
-            raise ZooError(f"{path.name}: {s}_labels must be integer classes 0..K-1, got {y.dtype} with minimum "
-                           f"{y.min() if y.size else None}")
+        # the message's minimum is taken of integer labels only: of text labels it raised numpy's UFuncNoLoopError
+        if not np.issubdtype(y.dtype, np.integer):
+            raise ZooError(f"{path.name}: {s}_labels must be integer classes 0..K-1, got {y.dtype} values")
+        negative = np.flatnonzero(y.reshape(-1) < 0)
+        if negative.size:
+            raise ZooError(f"{path.name}: {s}_labels must be integer classes 0..K-1, got {y.reshape(-1)[negative[0]]} "
+                           f"in row {negative[0]} ({negative.size} negative labels)")
     return data
 
 

@@ -125,12 +125,14 @@ def array_changes(arrays: dict[str, np.ndarray]) -> list[tuple[str, dict[str, np
     out = []
     for key, a in arrays.items():
         out.append((f"array {key!r} dropped", {k: v for k, v in arrays.items() if k != key}))
-        changed = {"of strings": np.full(a.shape, BOGUS), "empty": a[:0],
-                   "flattened" if a.ndim > 1 else "with an extra axis": a.reshape(-1) if a.ndim > 1 else a[:, None]}
+        changed = {"of strings": np.full(a.shape, BOGUS)}
+        if a.ndim:  # a 0-d array (a JSON string stored as an array) has no rows to empty and no axis to add
+            changed.update({"empty": a[:0], "flattened" if a.ndim > 1 else "with an extra axis":
+                            a.reshape(-1) if a.ndim > 1 else a[:, None]})
         if a.dtype.kind in "iuf" and a.size:
             nan = a.astype(float)
             nan.flat[0] = math.nan
-            neg = a.copy()
+            neg = a.astype(np.int64) if a.dtype.kind == "u" else a.copy()  # a -1 does not fit an unsigned type
             neg.flat[0] = -1
             changed.update({"with a NaN": nan, "with a -1": neg})
         out += [(f"array {key!r} {label}", {**arrays, key: v}) for label, v in changed.items()]
