@@ -68,6 +68,18 @@ def _read_hdf5_sparse(path: Path, key: str):
         return sp.csc_array((data, ir, jc), shape=(n_rows, len(jc) - 1))
 
 
+def _numeric(adj, path: Path, key: str):
+    """What a .mat holds under `key`, if it is a real numeric matrix (dense or sparse). scipy reads a MATLAB char
+    array as strings and a cell or struct as an object or record array, which `as_graph` cannot turn into a graph;
+    a complex matrix would lose its imaginary parts silently on the way to 0/1."""
+    kind = adj.dtype.kind if isinstance(adj, np.ndarray) or sp.issparse(adj) else None
+    if kind not in ("b", "i", "u", "f"):
+        what = {"U": "text (a MATLAB char array)", "S": "bytes", "O": "a cell array or struct",
+                "V": "a struct", "c": "a complex matrix"}.get(kind, type(adj).__name__)
+        raise ZooError(f"{path}: {key!r} is {what}, not the graph's adjacency: a real 0/1 matrix (sparse or dense)")
+    return adj
+
+
 def read_mat(path: str | Path, key: str = "A"):
     """The adjacency under ``key`` of a MATLAB file (v5/v7 through scipy, v7.3 through h5py)."""
     path = Path(path)
@@ -82,7 +94,7 @@ def read_mat(path: str | Path, key: str = "A"):
     if key not in d:
         keys = sorted(k for k in d if not k.startswith("__"))
         raise ZooError(f"{path} has no key {key!r} (keys: {keys}); the graph's adjacency must be stored as {key!r}")
-    return d[key]
+    return _numeric(d[key], path, key)
 
 
 def read_suitesparse_mat(path: str | Path):
@@ -98,9 +110,9 @@ def read_suitesparse_mat(path: str | Path):
         prob = d["Problem"]
         if "A" not in (prob.dtype.names or ()):
             raise ZooError(f"{path}: struct Problem has no field A")
-        return prob["A"][0, 0]
+        return _numeric(prob["A"][0, 0], path, "Problem.A")
     if "A" in d:
-        return d["A"]
+        return _numeric(d["A"], path, "A")
     raise ZooError(f"{path} has neither the SuiteSparse struct Problem.A nor a key 'A'")
 
 

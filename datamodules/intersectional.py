@@ -189,7 +189,16 @@ def read_toxic(csv_path: str, sensitive: list[str]) -> tuple[pd.DataFrame, np.nd
     missing = [c for c in ["comment_text", "toxicity", *sensitive] if c not in df.columns]
     if missing:
         raise ZooError(f"configured attribute(s) {missing} absent from {csv_path} (columns: {list(df.columns)[:12]}...)")
-    df = df.dropna(subset=sensitive).reset_index(drop=True)
+    df = df.dropna(subset=sensitive)
+    rows = df.index.to_numpy()  # each kept row's place among the file's data rows (a comment may span lines)
+    df = df.reset_index(drop=True)
+    # pandas reads an empty cell (or one that says NA, null, nan, ...) as a missing value: a float, which neither
+    # the embedding cache's key nor DistilBERT's tokenizer takes (and as text it would be embedded as "nan")
+    text = df["comment_text"]
+    missing_text = np.flatnonzero(text.isna().to_numpy())
+    if missing_text.size:
+        raise ZooError(f"{csv_path}: comment_text is empty (or NA) in data row {rows[missing_text[0]] + 1} (header "
+                       f"not counted; {missing_text.size} such row(s)); every comment with identities needs its text")
     try:
         y = (df["toxicity"].to_numpy(dtype=np.float64) > TOXIC_LABEL_THRESHOLD).astype(np.int64)
         a = (df[sensitive].to_numpy(dtype=np.float64) > TOXIC_IDENTITY_THRESHOLD).astype(np.int64)
@@ -404,6 +413,17 @@ class BiasTableDataModule(L.LightningDataModule):
             if bad.size:
                 raise ZooError(f"bias table {h.table_path}: non-finite bias ({bias[bad[0]]}) in row {bad[0]} "
                                f"({bad.size} such row(s))")
+            # a bias value is a group's mean loss (>= 0) over its `count` samples (>= 1); read_bias_table casts a
+            # missing or non-finite count to the smallest int64
+            neg = np.flatnonzero(bias < 0)
+            if neg.size:
+                raise ZooError(f"bias table {h.table_path}: bias is {bias[neg[0]]} in row {neg[0]} ({neg.size} such "
+                               f"row(s)); a bias value is a group's mean loss, >= 0")
+            few = np.flatnonzero(count < 1)
+            if few.size:
+                shown = "missing or not finite" if count[few[0]] == np.iinfo(np.int64).min else f"{count[few[0]]}"
+                raise ZooError(f"bias table {h.table_path}: count is {shown} in row {few[0]} ({few.size} such "
+                               f"row(s)); count is the number of samples of the combination, a whole number >= 1")
             _, first, n = np.unique(a, axis=0, return_index=True, return_counts=True)
             if (n > 1).any():
                 i = np.flatnonzero(n > 1)[0]

@@ -103,6 +103,10 @@ def read_extraction_csv(path: str | Path) -> list[dict]:
         for row in reader:
             if any(row[k] is None for k in CSV_FIELDS):  # a short (e.g. truncated) line: DictReader fills None
                 raise ZooError(f"{path}:{reader.line_num}: a row needs {', '.join(CSV_FIELDS)}, got {list(row.values())}")
+            # a row without text is no sequence: it would train (background) or be scored (held-out) as zero tokens
+            if not row["text"].strip():
+                raise ZooError(f"{path}:{reader.line_num}: text is empty (doc_id {row['doc_id']!r}); each row holds "
+                               "a sequence of text")
             rows.append({k: row[k] for k in CSV_FIELDS})
         return rows
 
@@ -313,6 +317,12 @@ class MemorizationDataModule(L.LightningDataModule):
             rows = {"forget": read_extraction_csv(h.forget_path), "unseen": read_extraction_csv(h.unseen_path)}
             rows["heldout"] = read_extraction_csv(h.heldout_path) if h.heldout_path else rows["unseen"]
             rows["background"] = read_extraction_csv(h.background_path) if h.background_path else []
+            # a file given is a set wanted: a header-only held-out set would score the utility on nothing, and a
+            # header-only background would be read as "no background"
+            for name in ("forget", "unseen", "heldout", "background"):
+                if getattr(h, f"{name}_path") and not rows[name]:
+                    raise ZooError(f"the {name} set is empty: {getattr(h, f'{name}_path')} holds no rows, only a "
+                                   f"header; expected rows of {', '.join(CSV_FIELDS)}")
             self.pile = from_the_pile([r for name in ("forget", "unseen", "heldout", "background") for r in rows[name]])
             rank_zero_info(f"MemorizationDataModule: source=local (extraction-benchmark CSV doc_id,corpus,text) "
                            f"forget={h.forget_path} unseen={h.unseen_path} heldout={h.heldout_path or '(unseen set)'}"

@@ -18,6 +18,7 @@ Batches are lists of ``{"id", "prompt"}`` dicts.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional
 
@@ -45,7 +46,14 @@ def read_diffusiondb(path: str | Path) -> list[str]:
         df = pd.read_parquet(path, columns=["prompt"])
     except (KeyError, ValueError) as e:
         raise ZooError(f"{path} is not DiffusionDB metadata (a parquet file with a 'prompt' column): {e}") from e
-    return [p for p in df["prompt"].dropna().astype(str) if p.strip()]  # dropna: a null is no prompt, not 'None'
+    prompts = df["prompt"].dropna()  # a null is no prompt, not 'None'
+    # a column of numbers (or lists) would become prompts such as '7' through astype(str): the release's is text
+    bad = prompts[~prompts.map(lambda v: isinstance(v, str))]
+    if len(bad):
+        value = bad.iloc[0].tolist() if isinstance(bad.iloc[0], (np.generic, np.ndarray)) else bad.iloc[0]
+        raise ZooError(f"{path}: prompt in row {bad.index[0]} is {value!r} ({type(value).__name__}), not text; "
+                       f"DiffusionDB's metadata has one prompt string per row ({len(bad)} such row(s))")
+    return [p for p in prompts if p.strip()]
 
 
 def is_diffusiondb_release(path: str | Path) -> bool:
@@ -62,9 +70,23 @@ def is_diffusiondb_release(path: str | Path) -> bool:
 def read_coco_captions(path: str | Path) -> list[str]:
     try:
         data = json.loads(Path(path).read_bytes())  # bytes: json detects UTF-8/16/32; others are a ValueError
-        return [str(a["caption"]).strip() for a in data["annotations"]]
+        annotations = data["annotations"]
     except (ValueError, OSError, KeyError, TypeError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
         raise ZooError(f"{path} is not a COCO captions file (JSON with annotations[].caption): {e}") from e
+    if not isinstance(annotations, list):
+        raise ZooError(f"{path}: annotations is a JSON {type(annotations).__name__}, not a list of objects with "
+                       "image_id, id and caption (a COCO captions file)")
+    captions = []
+    for i, a in enumerate(annotations):
+        # str() of a null or a number would be the prompt 'None' or '7'
+        caption = a.get("caption") if isinstance(a, dict) else None
+        if not isinstance(caption, str):
+            got = f"a JSON {type(a).__name__}" if not isinstance(a, dict) else (
+                "no caption" if "caption" not in a else f"caption {caption!r}")
+            raise ZooError(f"{path}: annotations[{i}] has {got}; each annotation is an object whose caption is a "
+                           "string (a COCO captions file)")
+        captions.append(caption.strip())
+    return [c for c in captions if c]  # a blank caption is no prompt (as a blank line of a text file)
 
 
 def read_text(path: str | Path) -> list[str]:
@@ -150,10 +172,7 @@ class PromptsDataModule(L.LightningDataModule):
                 raise ZooError(f"scores_path {p} holds a JSON {type(scores).__name__}, not an object prompt -> score "
                                "(a dpodiff run writes scores.json)")
             keep = (lambda s: s > hp.threshold) if hp.filter == "above" else (lambda s: s < hp.threshold)
-            try:
-                prompts = [q for q in prompts if q in scores and keep(float(scores[q]))]
-            except (TypeError, ValueError) as e:
-                raise ZooError(f"scores_path {p}: a score is not a number ({flat(e)})") from e
+            prompts = [q for q in prompts if q in scores and keep(self._score(p, q, scores[q]))]
         if hp.max_prompts is not None and len(prompts) > hp.max_prompts:
             idx = np.sort(np.random.default_rng(hp.seed).choice(len(prompts), hp.max_prompts, replace=False))
             prompts = [prompts[i] for i in idx]
@@ -164,6 +183,19 @@ class PromptsDataModule(L.LightningDataModule):
         self.rows = [{"id": i, "prompt": q} for i, q in enumerate(prompts)]
         rank_zero_info(f"dpodiff prompts: source={hp.source} ({self.format_name()}), {n_read} read, "
                        f"{len(self.rows)} kept (filter {hp.filter}{'' if hp.filter == 'none' else f' {hp.threshold}'})")
+
+    @staticmethod
+    def _score(path: Path, prompt: str, value: Any) -> float:
+        """A prompt's score in scores.json: its original spherical CLIP loss, a number in [0, pi^2/2]. A NaN would
+        fail both filters (the prompt silently dropped) and an inf or a negative one pass one of them."""
+        try:
+            score = float(value)
+        except (TypeError, ValueError) as e:
+            raise ZooError(f"scores_path {path}: the score of {prompt!r} is {value!r}, not a number ({flat(e)})") from e
+        if not math.isfinite(score) or score < 0:
+            raise ZooError(f"scores_path {path}: the score of {prompt!r} is {score}; a score is a prompt's spherical "
+                           "CLIP loss, finite and >= 0 (a dpodiff run writes scores.json)")
+        return score
 
     def format_name(self) -> str:
         return {"diffusiondb": "DiffusionDB metadata.parquet", "coco": "COCO captions JSON",

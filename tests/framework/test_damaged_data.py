@@ -401,7 +401,7 @@ def test_coco_captions_random(tmp_path):
     ("", "is not a readable scores JSON .JSONDecodeError"),
     ('{"cat 1": 0.9', "is not a readable scores JSON .JSONDecodeError"),
     ('["cat 1", 0.9]', "holds a JSON list, not an object"),
-    ('{"cat 1": "high"}', ": a score is not a number"),
+    ('{"cat 1": "high"}', ": the score of 'cat 1' is 'high', not a number"),
 ])
 def test_prompt_scores_json(tmp_path, content, problem):
     from datamodules.prompts import PromptsDataModule
