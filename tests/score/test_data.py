@@ -28,9 +28,11 @@ def _official_counts(n_max, num_classes, ir):
 def test_exponential_profile_keeps_n_max_over_ir_where_the_official_rounds_one_image_away(
         n_max, classes, ir, official_last):
     """Our deliberate choice (cifar_lt.long_tail_counts): the last class gets exactly n_max / IR (LDAM's published
-    splits); the official mu**i falls just below it, and int() drops one image there, nowhere else."""
+    splits); the official mu**i can fall just below it, and int() then drops one image there, nowhere else. Whether
+    it falls below depends on the last bit of the platform's pow (`official_last` is what one machine gave; another
+    gave n_max / IR: 5.000000000000025 for 500 * mu**99), so the official count is either."""
     ours, official = long_tail_counts(n_max, classes, ir), _official_counts(n_max, classes, ir)
-    assert ours[-1] == n_max // ir and official[-1] == official_last
+    assert ours[-1] == n_max // ir and official[-1] in (official_last, n_max // ir)
     assert ours[:-1] == official[:-1]
 
 
