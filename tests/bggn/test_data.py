@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from data_cases.corpora import tiny_distilbert  # tests/support: the fuzzer's toxic case loads it too
 
 from datamodules.intersectional import BiasTableDataModule, IntersectionalSamplesDataModule, embed_texts
 from zoo.bggn import BGGNModule
@@ -59,18 +60,6 @@ def test_celeba_through_torchvision(tmp_path):
         bad.setup("fit")
     with pytest.raises(ZooError, match="CelebA not found"):  # the md5 sums of the real release are checked
         IntersectionalSamplesDataModule(source="celeba", root=str(tmp_path), verify_md5=True).setup("fit")
-
-
-def tiny_distilbert(path):
-    from transformers import DistilBertConfig, DistilBertModel, DistilBertTokenizer
-
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "you", "are", "a", "nice", "bad", "person", "."]
-    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    DistilBertTokenizer(str(path / "vocab.txt")).save_pretrained(path)
-    torch.manual_seed(0)
-    cfg = DistilBertConfig(vocab_size=len(vocab), dim=16, n_layers=1, n_heads=2, hidden_dim=32,
-                           max_position_embeddings=64)
-    DistilBertModel(cfg).save_pretrained(path)
 
 
 def test_toxic_csv_with_local_distilbert(tmp_path):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import rdata
 import torch
+from data_cases.arrays import CPS_HEADER  # tests/support
 
 from datamodules.byzantine import read_npz, read_rdata
 from datamodules.conditional import ConditionalDataModule
@@ -20,7 +21,6 @@ from zoo.diffoas.generate import generate
 from zoo.errors import ZooError
 
 # ------------------------------------------------------------------------------------------------ GENTLE (LDW-CPS)
-CPS_HEADER = "t,age,education,black,hispanic,married,nodegree,re74,re75,re78"
 CPS_ROW = "1.0,25.0,10.0,0.0,1.0,0.0,1.0,1000.0,0.0,{y}"
 
 

@@ -6,11 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from data_cases.arrays import CPS_HEADER, cps_rows  # tests/support: the fuzzer writes the same rows
 
 from datamodules.conditional import SCHEMAS, ConditionalDataModule
 from zoo.errors import ZooError
-
-CPS_HEADER = "t,age,education,black,hispanic,married,nodegree,re74,re75,re78"
 
 
 def write_cps(folder: Path, rows: dict[str, list[str]]) -> Path:
@@ -19,16 +18,6 @@ def write_cps(folder: Path, rows: dict[str, list[str]]) -> Path:
     for split, lines in rows.items():
         (folder / f"{split}.csv").write_text("\n".join([CPS_HEADER, *lines]) + "\n")
     return folder
-
-
-def cps_rows(n_cov: int, per: int, seed: int, base_age: int = 20) -> list[str]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for c in range(n_cov):
-        t, age, educ = c % 2, base_age + c, 8 + c % 6
-        for _ in range(per):
-            out.append(f"{t:.1f},{age:.1f},{educ:.1f},0.0,1.0,0.0,1.0,{1000.0 * c:.1f},0.0,{rng.gamma(2, 3000):.3f}")
-    return out
 
 
 @pytest.fixture

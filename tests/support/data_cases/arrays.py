@@ -21,7 +21,7 @@ from fuzz_settings import ROOT
 CPS_HEADER = "t,age,education,black,hispanic,married,nodegree,re74,re75,re78"  # the official datasets/cps/*.csv
 
 
-def _cps_rows(n_cov: int, per: int, seed: int, base_age: int = 20) -> list[str]:
+def cps_rows(n_cov: int, per: int, seed: int, base_age: int = 20) -> list[str]:
     """Rows as the released LDW-CPS files write them (floats as `1.0`), `per` observations of each covariate."""
     rng = np.random.default_rng(seed)
     out = []
@@ -33,7 +33,7 @@ def _cps_rows(n_cov: int, per: int, seed: int, base_age: int = 20) -> list[str]:
 
 
 def gentle_cps(folder: Path) -> list[str]:
-    splits = {"train": _cps_rows(8, 2, 0), "val": _cps_rows(2, 3, 1), "test": _cps_rows(2, 3, 2)}
+    splits = {"train": cps_rows(8, 2, 0), "val": cps_rows(2, 3, 1), "test": cps_rows(2, 3, 2)}
     for split, rows in splits.items():
         (folder / f"{split}.csv").write_text("\n".join([CPS_HEADER, *rows]) + "\n")
     return ["--data.init_args.source=local", f"--data.init_args.data_dir={folder}",

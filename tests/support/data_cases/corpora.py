@@ -165,7 +165,7 @@ def tiny_distilbert(path: Path) -> None:
     from transformers import DistilBertConfig, DistilBertModel, DistilBertTokenizer
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "you", "are", "a", "nice", "bad", "person", "."]
-    path.mkdir(parents=True)
+    path.mkdir(parents=True, exist_ok=True)
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
     DistilBertTokenizer(str(path / "vocab.txt")).save_pretrained(path)
     torch.manual_seed(0)
