@@ -413,16 +413,15 @@ class BiasTableDataModule(L.LightningDataModule):
             if bad.size:
                 raise ZooError(f"bias table {h.table_path}: non-finite bias ({bias[bad[0]]}) in row {bad[0]} "
                                f"({bad.size} such row(s))")
-            # a bias value is a group's mean loss (>= 0) over its `count` samples (>= 1); read_bias_table casts a
-            # missing or non-finite count to the smallest int64
+            # a bias value is a group's mean loss (>= 0) over its `count` samples (>= 1; read_bias_table refuses a
+            # missing, non-finite or fractional count)
             neg = np.flatnonzero(bias < 0)
             if neg.size:
                 raise ZooError(f"bias table {h.table_path}: bias is {bias[neg[0]]} in row {neg[0]} ({neg.size} such "
                                f"row(s)); a bias value is a group's mean loss, >= 0")
             few = np.flatnonzero(count < 1)
             if few.size:
-                shown = "missing or not finite" if count[few[0]] == np.iinfo(np.int64).min else f"{count[few[0]]}"
-                raise ZooError(f"bias table {h.table_path}: count is {shown} in row {few[0]} ({few.size} such "
+                raise ZooError(f"bias table {h.table_path}: count is {count[few[0]]} in row {few[0]} ({few.size} such "
                                f"row(s)); count is the number of samples of the combination, a whole number >= 1")
             _, first, n = np.unique(a, axis=0, return_index=True, return_counts=True)
             if (n > 1).any():

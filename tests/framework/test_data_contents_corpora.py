@@ -109,13 +109,13 @@ def test_a_toxic_comment_without_text_is_refused(tmp_path, cell):
         read_toxic(str(path), ["male"])
 
 
-@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")  # read_bias_table's cast
 @pytest.mark.parametrize("column,cell,shown", [
     ("bias", "-1", r"bias is -1.0 in row 1 .*mean loss, >= 0"),
     ("count", "-1", r"count is -1 in row 1 .*whole number >= 1"),
     ("count", "0", r"count is 0 in row 1"),
     ("count", "", r"count is missing or not finite in row 1"),
     ("count", "inf", r"count is missing or not finite in row 1"),
+    ("count", "2.5", r"count is 2.5, not a whole number in row 1"),  # was cast to 2
 ])
 def test_a_bias_table_row_with_a_negative_bias_or_no_count_is_refused(tmp_path, column, cell, shown):
     rows = [[0, 0, 5, 0.1], [0, 1, 5, 0.2], [1, 0, 5, 0.3], [1, 1, 5, 0.4]]

@@ -139,7 +139,14 @@ def read_bias_table(path: str) -> tuple[list[str], np.ndarray, np.ndarray, np.nd
     names = [c for c in df.columns if c not in ("bias", "count")]
     a = df[names].to_numpy()
     check_binary(a, names)
-    return names, a.astype(np.int64), df["bias"].to_numpy(np.float64), df["count"].to_numpy(np.int64)
+    count = pd.to_numeric(df["count"], errors="coerce").to_numpy(np.float64)
+    # checked before the int64 cast, which turns a missing or infinite count into -2**63 and 2.5 into 2
+    bad = np.flatnonzero(~np.isfinite(count) | (count != np.round(count)))
+    if bad.size:
+        shown = "missing or not finite" if not np.isfinite(count[bad[0]]) else f"{count[bad[0]]}, not a whole number"
+        raise ZooError(f"bias table {path}: count is {shown} in row {bad[0]} ({bad.size} such row(s)); count is the "
+                       "number of samples of the combination")
+    return names, a.astype(np.int64), df["bias"].to_numpy(np.float64), count.astype(np.int64)
 
 
 def write_bias_table(path: str | Path, names: list[str], a: np.ndarray, bias: np.ndarray, count: np.ndarray) -> None:
