@@ -38,7 +38,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from zoo.backbones import timm_model
-from zoo.data import reading, refuse_unread_files, train_loader
+from zoo.data import first_non_finite, reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError, flat
 
 FeatureSource = Literal["torchvision", "rdata", "npz", "digits"]
@@ -86,10 +86,10 @@ def _check_arrays(d: dict, path: str) -> tuple[np.ndarray, ...]:
     if len(y_tr) != len(x_tr) or len(y_te) != len(x_te):
         raise ZooError(f"{path}: {len(x_tr)}/{len(x_te)} feature rows but {len(y_tr)}/{len(y_te)} labels")
     for name, a in (("x_train", x_tr), ("x_test", x_te)):
-        bad = np.argwhere(~np.isfinite(a))
-        if len(bad):
-            raise ZooError(f"{path}: {name}[{bad[0][0]}, {bad[0][1]}] is {a[tuple(bad[0])]}, expected a finite feature "
-                           f"({len(bad)} non-finite entries in {name})")
+        if found := first_non_finite(a):
+            (i, j), n = found
+            raise ZooError(f"{path}: {name}[{i}, {j}] is {a[i, j]}, expected a finite feature "
+                           f"({n} non-finite entries in {name})")
     for name, y in (("y_train", y_tr), ("y_test", y_te)):
         # a NaN or -1 label became an 11th class (refused later by the model, naming no file) or a test class of its
         # own; the release's labels are 1..10 (R), a .npz's 0..K-1

@@ -34,7 +34,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from zoo.data import refuse_unread_files, train_loader
+from zoo.data import first_non_finite, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.gfnpg.bioseq import SEQUENCE_TASKS, sequence_env
 from zoo.gfnpg.bn import MAX_ENUMERATED_NODES, bge_local_scores, check_dag_list, enumerate_dags
@@ -120,12 +120,12 @@ def read_observations(path: str, n_nodes: int) -> pd.DataFrame:
         raise ZooError(f"BN data file {path} must hold numbers only; non-numeric values in column(s) {bad}")
     # an empty cell or nan is missing, an inf overflows BGe's scatter matrix: name the first such observation
     # (a row of the file counts from 1 below its header line)
-    finite = np.isfinite(frame.to_numpy(np.float64))
-    if not finite.all():
-        row, col = np.argwhere(~finite)[0]
+    values = frame.to_numpy(np.float64)
+    if found := first_non_finite(values):
+        row, col = found[0]
         raise ZooError(f"BN data file {path}: observation {row + 1} (line {row + 2}), column {frame.columns[col]!r} "
                        f"is {frame.iat[row, col]}; every observation needs a finite number in every column "
-                       f"({int((~finite.all(axis=1)).sum())} row(s) do not)")
+                       f"({int((~np.isfinite(values).all(axis=1)).sum())} row(s) do not)")
     return frame
 
 

@@ -29,7 +29,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
-from zoo.data import refuse_unread_files
+from zoo.data import first_non_finite, refuse_unread_files
 from zoo.errors import ZooError
 
 LAWS = ("gaussian", "rademacher", "uniform")
@@ -118,11 +118,10 @@ def load_npz(path: str | Path) -> list[dict[str, Any]]:
             raise ZooError(f"{path}: w_star has shape {arrays['w_star'].shape}, expected ({d},) or ({B}, {d})")
     for key in ("X", "y", "w_star"):
         # a NaN reached the solver, which refused "y has 4 non-finite entries" (w*'s NaN had become y's) naming no file
-        bad = None if key not in arrays else np.argwhere(~np.isfinite(arrays[key]))
-        if bad is not None and len(bad):
-            at = tuple(int(i) for i in bad[0])
+        if key in arrays and (found := first_non_finite(arrays[key])):
+            at, n = found
             raise ZooError(f"{path}: {key}{list(at)} is {arrays[key][at]}, expected a finite number "
-                           f"({len(bad)} non-finite entries in {key})")
+                           f"({n} non-finite entries in {key})")
     if n >= d:
         raise ZooError(f"{path}: X has shape {arrays['X'].shape}: n={n} rows and d={d} columns per design, but "
                        "minimum-norm interpolation needs n < d (more unknowns than equations)")

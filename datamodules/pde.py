@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.diffoas.formats import EXTERNAL_SOLVER
 from zoo.diffoas.generate import PDEData, generate, get_problem, load_dataset, save_dataset
-from zoo.data import SplitLoaders, reading, refuse_unread_files, train_loader
+from zoo.data import SplitLoaders, first_non_finite, reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 
 SOLVER_METHODS = ("gmres", "direct", EXTERNAL_SOLVER)
@@ -59,12 +59,11 @@ def _check_values(data: PDEData, where: str) -> None:
     for name, arr, what in (("a", data.a, "coefficient"), ("f", data.f, "source"), ("u", data.u, "solution")):
         if arr.dtype.kind not in "biuf":  # text where numbers belong (np.isfinite would raise a TypeError)
             raise ZooError(f"{where}: the {what} {name} holds {arr.dtype} values, expected numbers{mapping}")
-        bad = np.argwhere(~np.isfinite(arr))
-        if len(bad):
-            i, *point = (int(k) for k in bad[0])
+        if found := first_non_finite(arr):
+            (i, *point), n = found
             label = f"{name} channel {channels[point.pop(0)]!r}" if name == "a" else name
-            raise ZooError(f"{where}: sample {i}, {what} {label} at grid point {tuple(point)} is {arr[tuple(bad[0])]}, "
-                           f"expected a finite number ({len(bad)} non-finite values in {name}){mapping}")
+            raise ZooError(f"{where}: sample {i}, {what} {label} at grid point {tuple(point)} is {arr[found[0]]}, "
+                           f"expected a finite number ({n} non-finite values in {name}){mapping}")
     for c, channel in enumerate(data.problem.channels):
         if channel in POSITIVE_CHANNELS.get(data.problem.name, ()):
             bad = np.argwhere(data.a[:, c] <= 0)

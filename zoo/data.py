@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Optional
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -48,6 +49,13 @@ def reading(path: Any, what: str, extra: tuple[type[BaseException], ...] = ()) -
         raise
     except (*READ_ERRORS, *extra) as e:
         raise ZooError(f"{path} is not a readable {what} ({type(e).__name__}: {flat(e)})") from e
+
+
+def first_non_finite(a: Any) -> tuple[tuple[int, ...], int] | None:
+    """The index of the first NaN or inf in array `a` and how many there are (None when every value is finite):
+    what a reader's one-line error names."""
+    bad = np.argwhere(~np.isfinite(a))
+    return (tuple(int(i) for i in bad[0]), len(bad)) if len(bad) else None
 
 
 def refuse_unread_files(datamodule: Any, source: str, given: dict[str, Any]) -> None:
