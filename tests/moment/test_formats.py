@@ -42,6 +42,17 @@ def test_ts_reader_handles_multivariate_and_missing(tmp_path):
     p.write_text(TS_TEXT.replace(":b\n", ":c\n"))
     with pytest.raises(ZooError, match="'c' is not among @classLabel"):
         read_ts(p)
+    # labelled cases under a header that says there are none: the label is named as the likely cause
+    hint = r" \(its last field is one value, as a class label is, but the header says @classLabel false\)$"
+    p.write_text(TS_TEXT.replace("@classLabel true a b", "@classLabel false"))
+    with pytest.raises(ZooError, match=r":11: not a number \(could not convert string to float: 'a'\)" + hint):
+        read_ts(p)
+    p.write_text(TS_TEXT.replace("@classLabel true a b", "@classLabel false").replace(":a\n", ":1\n"))
+    with pytest.raises(ZooError, match=r":11: channels of one case have different lengths \[4, 4, 1\]" + hint):
+        read_ts(p)
+    p.write_text(TS_TEXT.replace(":0.5,?,0.5,0.5:a", ":0.5,0.5:a"))  # a short channel alone: no such hint
+    with pytest.raises(ZooError, match=r"different lengths \[4, 2\]$"):
+        read_ts(p)
 
 
 @pytest.mark.parametrize("name", AEON_CLASSIFICATION)

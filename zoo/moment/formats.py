@@ -103,12 +103,16 @@ def read_ts(path: str | Path) -> TSData:
                 channels, label = channels + [label], None
             if not channels:
                 raise ZooError(f"{path}:{lineno}: a case needs values and a class label separated by ':'")
+            # one value after the last ':' is what a class label looks like, which the header says is not there
+            hint = (" (its last field is one value, as a class label is, but the header says @classLabel false)"
+                    if label is None and len(channels) > 1 and "," not in channels[-1] else "")
             try:
                 rows = [np.array([np.nan if v.strip() == "?" else float(v) for v in ch.split(",")]) for ch in channels]
             except ValueError as e:
-                raise ZooError(f"{path}:{lineno}: not a number ({e})") from e
+                raise ZooError(f"{path}:{lineno}: not a number ({e}){hint}") from e
             if len({len(r) for r in rows}) > 1:
-                raise ZooError(f"{path}:{lineno}: channels of one case have different lengths")
+                raise ZooError(f"{path}:{lineno}: channels of one case have different lengths "
+                               f"{[len(r) for r in rows]}{hint}")
             series.append(np.stack(rows))
             labels.append(label)
     if not in_data:
