@@ -88,6 +88,8 @@ def read_fracture(folder: Path, n_parts: int):
             m = trimesh.load_mesh(str(f), process=False)
         if not isinstance(m, trimesh.Trimesh) or len(m.faces) == 0:
             raise ZooError(f"part {f} is not a triangle mesh (no faces)")
+        if zero := _face_index_zero(f):  # trimesh reads it as a valid vertex, and the part silently changes shape
+            raise ZooError(f"part {f}, line {zero}: a face names vertex 0; OBJ vertex indices start at 1")
         # a vertex line with two coordinates makes trimesh's parser return (n, 2) vertices, which only fail later,
         # deep in the surface sampling
         if np.asarray(m.vertices).ndim != 2 or np.asarray(m.vertices).shape[1] != 3:
@@ -97,6 +99,16 @@ def read_fracture(folder: Path, n_parts: int):
             raise ZooError(f"part {f} has non-finite vertices")
         meshes.append(m.process())  # then the official load_mesh's default processing
     return meshes
+
+
+def _face_index_zero(path: Path) -> int | None:
+    """The line number of the first face (`f a b c`, each `v`, `v/vt` or `v/vt/vn`) that names vertex 0, or None."""
+    with path.open("rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            words = line.split()
+            if words[:1] == [b"f"] and any(w.split(b"/")[0] in (b"0", b"-0", b"+0") for w in words[1:]):
+                return lineno
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- synthetic data

@@ -67,6 +67,8 @@ def _write_tree(root, n_pieces=2, bad=None):
         (folder / "piece_1.obj").write_text("v 0 0 0\nv 1 0 0\nv 2 0 0\nf 1 2 3\n")
     if bad == "2d":  # a vertex line with two coordinates: trimesh parses (n, 2) vertices
         (folder / "piece_1.obj").write_text("v 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n")
+    if bad == "zero":  # 1-based indices; trimesh read this face as a valid one
+        (folder / "piece_1.obj").write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 0/1 2 4\nf 1 3 4\n")
     lists = root / "data_list"
     lists.mkdir()
     line = "002 everyday/Bottle/0a1b/fractured_0\n005 everyday/Bottle/0a1b/fractured_9\n"  # the 5-part one is filtered
@@ -111,7 +113,8 @@ def test_refusals_name_the_problem(tmp_path):
     with pytest.raises(ZooError, match="holds 1 part"):
         dm._sets["train"][0]
     for bad, msg in (("nan", "non-finite vertices"), ("flat", "fewer than 100 points"),
-                     ("2d", r"vertices of shape \(\d+, 2\), not \(n, 3\)")):
+                     ("2d", r"vertices of shape \(\d+, 2\), not \(n, 3\)"),
+                     ("zero", r"piece_1.obj, line 6: a face names vertex 0; OBJ vertex indices start at 1")):
         root = tmp_path / bad
         _write_tree(root, bad=bad)
         dm = _dm(root)
