@@ -114,6 +114,9 @@ def wandb_mode(requested: str) -> str:
 class ZooCLI(LightningCLI):
     def __init__(self, args: list[str] | None = None, **kwargs: Any):
         no_exit = {"exit_on_error": False}
+        given = sys.argv[1:] if args is None else args
+        listed = isinstance(given, (list, tuple)) and given
+        self._verb = given[0] if listed and given[0] in LightningCLI.subcommands() else None
         self.fresh_run_dir: Optional[Path] = None  # the run dir this command created (not a resumed or given one)
         self._quiet: warnings.catch_warnings | None = None
         try:
@@ -141,6 +144,12 @@ class ZooCLI(LightningCLI):
     # What Lightning says when an evaluation restores a fit's checkpoint: that the fit's checkpoint callbacks are
     # missing, and that its default checkpoint callback cannot take their place. Evaluating needs neither.
     EVAL_RESTORE_NOISE = (r"Be aware that when using `ckpt_path`", r"The dirpath has changed from")
+
+    def subcommands(self) -> dict[str, set[str]]:  # Lightning's is static; it is only called on the instance
+        """The verbs whose parsers are built: only the one this command runs (`zoo fit ...` builds no test,
+        validate or predict parser: most of the parser's build time), or all four (`zoo --help`, no verb)."""
+        every = LightningCLI.subcommands()
+        return {self._verb: every[self._verb]} if self._verb else every
 
     def _quiet_evaluation(self) -> None:
         """LightningCLI's public before_<subcommand> hook of test, validate and predict: ignore those warnings until
