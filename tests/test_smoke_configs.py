@@ -7,9 +7,12 @@ import re
 import warnings
 from pathlib import Path
 
+import idle_probe
 import pytest
 
+from zoo.checks import one_process_reason
 from zoo.cli import main
+from zoo.configs import read_yaml
 from zoo.registry import PAPERS
 from zoo.trainer import ZooCLI
 
@@ -25,7 +28,9 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
     # W&B is exercised by the framework tests; here it would only add start-up time per config.
     common = ["--config", cfg, "--wandb_mode", "disabled"]
     if "fit" in paper.smoke_verbs:
-        fit_warnings = _run_warned(["fit", *common])
+        idle_probe.SEEN.clear()
+        fit_warnings = _run_warned(["fit", *common, "--trainer.callbacks+=idle_probe.IdleParameters"])
+        assert_ddp_is_told_of_idle_parameters(cfg)
         # the README's exact resume: every training loader can say where it stood (a fork's ranks are not seen here)
         assert not [w for w in fit_warnings if "not stateful" in str(w.message)]
         # a config without a validation set turns the loop off instead of handing Lightning an empty loader
@@ -65,6 +70,20 @@ def test_smoke_config_end_to_end(in_tmp, paper, stem):
     assert "model_source" not in card_text.split("---")[1]
     for r in card.data.eval_results:  # readable metric names, the split apart
         assert "/" not in r.metric_type and r.dataset_split in ("test", "validation", "train")
+
+
+def assert_ddp_is_told_of_idle_parameters(cfg: str) -> None:
+    """A module that may train under DDP and whose backwards leave parameters without a gradient declares
+    `ddp_find_unused_parameters`: DDP would stop it at its second step (tests/support/idle_probe.py). A fit on forked
+    ranks (bymi_ddp_digits) is seen by no probe here: it trains under DDP itself."""
+    forked = "fork" in str((read_yaml(cfg).get("trainer") or {}).get("strategy"))
+    assert forked or len(idle_probe.SEEN) == 1, f"the probe saw {len(idle_probe.SEEN)} fits"
+    for r in idle_probe.SEEN:
+        if r["idle"] and not r["declared"] and not one_process_reason(r["module"], "fit"):
+            step, names = r["idle"][0]
+            pytest.fail(f"{r['module'].__name__} leaves {len(names)} of {r['params']} trainable parameters without "
+                        f"a gradient in {len(r['idle'])} backward(s), first at step {step} ({', '.join(names[:4])}) "
+                        f"and does not declare ddp_find_unused_parameters")
 
 
 def _run_warned(argv: list[str]) -> list[warnings.WarningMessage]:

@@ -143,3 +143,13 @@ class DeterminismProbe(pl.Callback):
             torch.set_num_threads(threads)
         DeterminismProbe.seen = {"mode": torch.are_deterministic_algorithms_enabled(),
                                  "repeats": all(torch.equal(r, results[0]) for r in results)}
+
+
+class ToyWithIdleLayer(ToyRegressor):
+    """The toy with a layer no loss uses: DDP stops at its second step unless the module declares it
+    (`ddp_find_unused_parameters`, set here by `declare`); tests/test_ddp.py shows both."""
+
+    def __init__(self, declare: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.spare = nn.Linear(4, 1)
+        self.ddp_find_unused_parameters = declare
