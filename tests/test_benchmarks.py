@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from script_runner import run_script
 
 from zoo.registry import ROOT
 
@@ -14,10 +13,9 @@ BENCH = ROOT / "benchmarks"
 
 
 def run(script: str, *args: str, timeout: int = 240) -> str:
-    out = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
-                         timeout=timeout, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+    code, out, err = run_script(BENCH / script, list(args), ROOT, timeout)  # `python benchmarks/<script> <args>`
+    assert code == 0, err[-3000:]
+    return out
 
 
 def table_rows(text: str) -> list[list[str]]:
