@@ -39,6 +39,25 @@ def test_console_script_fit_help():
     assert "--run_root" in out.stdout and "--trainer.max_epochs" in out.stdout
 
 
+@pytest.mark.parametrize("argv, built", [(["fit"], ["fit"]), (["test"], ["test"]),
+                                         (["--help"], ["fit", "validate", "test", "predict"])])
+def test_a_command_builds_only_its_own_verbs_parser(monkeypatch, toy_config, argv, built):
+    # building the four verbs' parsers was most of a command's parse time (ZooCLI.subcommands)
+    from lightning.pytorch.cli import LightningCLI
+
+    from zoo.trainer import ZooCLI, parse_only
+
+    seen, prepare = [], LightningCLI._prepare_subcommand_parser
+    monkeypatch.setattr(LightningCLI, "_prepare_subcommand_parser",
+                        lambda self, klass, verb, **kw: seen.append(verb) or prepare(self, klass, verb, **kw))
+    if argv == ["--help"]:
+        with pytest.raises(SystemExit):
+            ZooCLI(args=argv)
+    else:
+        parse_only([*argv, "--config", str(toy_config)])
+    assert seen == built
+
+
 def test_fit_then_test_writes_a_complete_run_dir(in_tmp, toy_config, capsys):
     run = _fit(toy_config)
     cfg = yaml.safe_load((run / "config.yaml").read_text())
