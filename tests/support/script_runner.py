@@ -1,24 +1,23 @@
 """Run a Python script as `python script.py args` does, in a process forked from a server that has already imported
-torch and Lightning (multiprocessing's forkserver with the preload of `zoo.sweep.runner`): the benchmark miniatures
-of tests/test_benchmarks.py spent more time importing than running. The child gets the caller's environment and
-working directory, `sys.argv` and `sys.path[0]` as the interpreter sets them, and its own stdout and stderr."""
+torch and Lightning (`zoo.sweep.runner.forkserver_context`, which a sweep's tasks fork from): the benchmark
+miniatures of tests/test_benchmarks.py spent more time importing than running. The child gets the caller's
+environment and working directory, `sys.argv` and `sys.path[0]` as the interpreter sets them, and its own stdout and
+stderr."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import runpy
 import sys
 import tempfile
 from pathlib import Path
 
-PRELOAD = ["zoo.cli", "zoo.trainer"]  # as zoo.sweep.runner: one server per process serves both
+from zoo.sweep.runner import forkserver_context
 
 
 def run_script(script: Path, args: list[str], cwd: Path, timeout: float) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of the script; TimeoutError past `timeout` seconds (the child is killed)."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx = forkserver_context()
     with tempfile.TemporaryDirectory() as d:
         out, err = Path(d, "stdout"), Path(d, "stderr")
         p = ctx.Process(target=_child, args=(str(script), list(args), str(cwd), dict(os.environ), str(out), str(err)))

@@ -237,14 +237,16 @@ def progress(m: Manifest, event: str) -> None:
 
 # -- executors ---------------------------------------------------------------------------------------------
 
-def _context():
+def forkserver_context():
+    """multiprocessing's forkserver, preloaded with the trainer: a process it forks starts with torch and Lightning
+    imported (one server per process, so whoever else forks from it must use this preload too)."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["zoo.cli", "zoo.trainer"])
     return ctx
 
 
 def run_local(tasks: list[Task], m: Manifest, jobs: int, threads: int) -> None:
-    ctx = _context()
+    ctx = forkserver_context()
     zoo_script = shutil.which("zoo") or sys.argv[0]
     order = [t.id for t in tasks]
     run_dirs = {t.id: t.run_dir for t in tasks}
