@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import ClassVar, Literal, Optional
 
 import lightning.pytorch as L
-import numpy as np
-import pandas as pd
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
@@ -20,19 +18,6 @@ from zoo.data import refuse_unread_files, train_loader
 from zoo.errors import ZooError
 from zoo.iml.data import (PAPER_FRACS, IMLDataset, build_iml_dataset, cvdb_entities, fictional_cvdb, load_cvdb,
                           subset_sizes)
-
-
-def _check_finite(df: pd.DataFrame, path: str) -> None:
-    """The years and page views of a CVDB table must be finite numbers. `cvdb_entities` names a value that is not
-    a number, but pandas reads 'inf' as one: an infinite year then fails in `convert_year` (int(inf)) and infinite
-    page views rank a person first."""
-    for col, what in (("birth", "a year"), ("death", "a year"), ("wiki_readers_2015_2018", "page views")):
-        values = pd.to_numeric(df[col], errors="coerce")  # what is not a number at all is cvdb_entities' to name
-        bad = np.flatnonzero(np.isinf(values.to_numpy(dtype=np.float64)))
-        if bad.size:
-            i = bad[0]
-            raise ZooError(f"CVDB file {path!r}: {col} is {float(values.iloc[i])} in data row {i + 1} (name "
-                           f"{df['name'].iloc[i]!r}; {bad.size} such row(s)); {col} must be {what}, a finite number")
 
 
 class IMLDataModule(L.LightningDataModule):
@@ -106,7 +91,6 @@ class IMLDataModule(L.LightningDataModule):
                 raise ZooError("IMLDataModule source 'local' needs `path` to the CVDB csv "
                                "(cross-verified-database.csv); or use source: embedded")
             df = load_cvdb(hp.path, hp.encoding)
-            _check_finite(df, hp.path)
             rank_zero_info(f"IMLDataModule: entities from the CVDB table {hp.path} ({len(df)} rows, encoding "
                            f"{df.attrs['encoding']}: {df.attrs['encoding_reason']})")
         elif hp.source == "embedded":

@@ -98,8 +98,22 @@ def test_a_value_that_is_not_a_number_is_named(tmp_path, column, value):
     table[column] = table[column].astype(object)
     table.loc[7, column] = value
     table.to_csv(path, index=False, encoding="ISO-8859-1")
-    with pytest.raises(ZooError, match=f"CVDB column {column} must hold numbers.*1 row.*{value!r}"):
+    with pytest.raises(ZooError, match=f"CVDB column {column} must hold finite numbers.*1 row.*{value!r}"):
         cvdb_entities(load_cvdb(path), 20)
+
+
+@pytest.mark.parametrize("column", ["birth", "death", "wiki_readers_2015_2018"])
+def test_an_infinite_value_in_a_table_built_in_python_is_named(column):
+    """load_cvdb names an infinite value's file row; a DataFrame passed to cvdb_entities directly was not checked:
+    int(inf) failed in convert_year, or infinite page views ranked the person first."""
+    table = cvdb_table(40)
+    table[column] = table[column].astype(float)
+    table.loc[7, column] = float("-inf")
+    with pytest.raises(ZooError, match=rf"CVDB column {column} must hold finite numbers.*1 row.*-inf for "
+                                       rf"{table.loc[7, 'name']!r}"):
+        cvdb_entities(table, 20)
+    table.loc[7, column] = table.loc[6, column]
+    assert len(cvdb_entities(table, 20)) == 20
 
 
 @pytest.mark.parametrize("num_ents", [731, 730, 101])

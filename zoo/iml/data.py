@@ -20,6 +20,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from zoo.errors import ZooError, flat
@@ -150,6 +151,7 @@ def load_cvdb(path: str | Path, encoding: str = "auto") -> pd.DataFrame:
     missing = [c for c in CVDB_COLUMNS if c not in df.columns]
     if missing:
         raise ZooError(f"CVDB file {str(path)!r} lacks column(s) {', '.join(missing)}")
+    _refuse_infinite_numbers(df, f"CVDB file {str(path)!r}")
     out = df[list(CVDB_COLUMNS)]
     out.attrs.update(encoding=enc, encoding_reason=why)
     return out
@@ -164,6 +166,22 @@ _OCCUPATIONS = ("painter", "composer", "poet", "politician", "physicist", "footb
                 "explorer", "economist", "astronomer", "priest", "engineer")
 _COUNTRIES = ("Valdoria", "Norland", "Estmark", "Ardenia", "Costavia", "Lunaria", "Brevonia", "Kestria",
               "Ostravia", "Meridia", "Talvania", "Quorra")
+
+
+_NUMBER_COLUMNS = {"birth": "a year", "death": "a year", "wiki_readers_2015_2018": "page views"}
+
+
+def _refuse_infinite_numbers(df: pd.DataFrame, where: str) -> None:
+    """pandas reads 'inf' as a number: an infinite year then failed in `convert_year` (int(inf)), and infinite page
+    views ranked a person first. Names the data row (counted from 1 after the header) and the person; a value that is
+    not a number at all is `cvdb_entities`' to name."""
+    for col, what in _NUMBER_COLUMNS.items():
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+        bad = np.flatnonzero(np.isinf(values))
+        if bad.size:
+            i = bad[0]
+            raise ZooError(f"{where}: {col} is {values[i]} in data row {i + 1} (name {df['name'].iloc[i]!r}; "
+                           f"{bad.size} such row(s)); {col} must be {what}, a finite number")
 
 
 def fictional_cvdb(num_people: int, seed: int = 0) -> pd.DataFrame:
@@ -212,14 +230,16 @@ def cvdb_entities(df: pd.DataFrame, num_ents: int, equalize_gender: bool = True)
     df = df[list(CVDB_COLUMNS)].dropna().drop_duplicates(subset=["name"]).copy()
     complete = len(df)
     readers = "wiki_readers_2015_2018"
-    for col in ("birth", "death", readers):
+    for col, what in _NUMBER_COLUMNS.items():
         # one text value makes pandas read a whole column as text: the years would then fail in convert_year and
-        # the popularity order would be alphabetical, so a value that is not a number is named, not dropped
+        # the popularity order would be alphabetical, so a value that is not a number is named, not dropped; an
+        # infinite one too (a DataFrame built in Python; load_cvdb names the file's row)
         values = pd.to_numeric(df[col], errors="coerce")
-        bad = df[col][values.isna()]
+        bad = df[col][values.isna() | np.isinf(values.to_numpy(dtype=float))]
         if len(bad):
-            raise ZooError(f"CVDB column {col} must hold numbers ({'years' if col != readers else 'page views'}); "
-                           f"{len(bad)} row(s) do not, e.g. {bad.iloc[0]!r} for {df['name'].loc[bad.index[0]]!r}")
+            v = bad.iloc[0]
+            raise ZooError(f"CVDB column {col} must hold finite numbers ({what} each); {len(bad)} row(s) do not, "
+                           f"e.g. {v if isinstance(v, float) else repr(v)} for {df['name'].loc[bad.index[0]]!r}")
         df[col] = values
     df = df[~df["name"].astype(str).str.contains(r"[^\w\s_]")]
     df["level3_main_occ"] = df["level3_main_occ"].astype(str).str.replace("_", " ")
