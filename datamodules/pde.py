@@ -36,42 +36,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from zoo.diffoas.formats import EXTERNAL_SOLVER
 from zoo.diffoas.generate import PDEData, generate, get_problem, load_dataset, save_dataset
-from zoo.data import SplitLoaders, first_non_finite, reading, refuse_unread_files, train_loader
+from zoo.data import SplitLoaders, reading, refuse_unread_files, train_loader
 from zoo.errors import ZooError
 
 SOLVER_METHODS = ("gmres", "direct", EXTERNAL_SOLVER)
 TEST_SEED_OFFSET = 1_000_003  # test data come from an independent stream
-
-
-#: coefficient channels that must be positive everywhere: Darcy's permeability K and the diffusion coefficient k
-#: (exp of a GRF in every generator); helmholtz's k2 and diffusion's q may take any sign
-POSITIVE_CHANNELS = {"darcy": ("K",), "diffusion": ("k",)}
-
-
-def _check_values(data: PDEData, where: str) -> None:
-    """Every value finite, and the coefficients that must be positive so. The readers check shapes and, for the
-    official .pt files, the PDE residual on the interior; a NaN on the boundary (where the residual does not look) or
-    anywhere in a file without that check went into the inputs or targets, and the run logged NaN losses and metrics.
-    The ZooError names the sample, the field and the grid point (and how the file's fields map to a, f, u)."""
-    fields = data.meta.get("fields")
-    mapping = f" (read as {fields})" if fields else ""
-    channels = data.problem.channels  # the shape check before matched a's channels to the problem's
-    for name, arr, what in (("a", data.a, "coefficient"), ("f", data.f, "source"), ("u", data.u, "solution")):
-        if arr.dtype.kind not in "biuf":  # text where numbers belong (np.isfinite would raise a TypeError)
-            raise ZooError(f"{where}: the {what} {name} holds {arr.dtype} values, expected numbers{mapping}")
-        if found := first_non_finite(arr):
-            (i, *point), n = found
-            label = f"{name} channel {channels[point.pop(0)]!r}" if name == "a" else name
-            raise ZooError(f"{where}: sample {i}, {what} {label} at grid point {tuple(point)} is {arr[found[0]]}, "
-                           f"expected a finite number ({n} non-finite values in {name}){mapping}")
-    for c, channel in enumerate(data.problem.channels):
-        if channel in POSITIVE_CHANNELS.get(data.problem.name, ()):
-            bad = np.argwhere(data.a[:, c] <= 0)
-            if len(bad):
-                i, *point = (int(k) for k in bad[0])
-                raise ZooError(f"{where}: sample {i}, coefficient {channel} at grid point {tuple(point)} is "
-                               f"{data.a[i, c][tuple(point)]:g}; {data.problem.name} needs {channel} > 0 everywhere "
-                               f"({len(bad)} such values){mapping}")
 
 
 def to_tensors(data: PDEData) -> TensorDataset:
@@ -185,33 +154,14 @@ class PDEDataModule(SplitLoaders, L.LightningDataModule):
     def _load(self, path: str, role: str) -> PDEData:
         with reading(path, f"PDE dataset ({role} file)"):  # zoo.diffoas.formats names most damage; BadZipFile too
             data = load_dataset(path)
-        meta = data.meta
-        # this project's own files carry their metadata as JSON written by save_dataset; a hand-edited one that is a
-        # list, or lacks the problem or grid size, ended in an AttributeError or in a shape message of "None"
-        if not isinstance(meta, dict):
-            raise ZooError(f"{role} file {path}: its metadata 'meta' is a JSON {type(meta).__name__}, expected an "
-                           "object with problem, method and grid_size (as zoo.diffoas.generate.save_dataset writes)")
-        for key, ok, expected in (("problem", lambda v: isinstance(v, str), "a PDE name (darcy, helmholtz, diffusion)"),
-                                  ("grid_size", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 3,
-                                   "the nodes per side, an integer >= 3")):
-            if not ok(meta.get(key)):
-                raise ZooError(f"{role} file {path}: its metadata has {key} = {meta.get(key)!r}, expected {expected}")
+        meta = data.meta  # its metadata, shapes and values are checked by load_dataset
         rank_zero_info(f"[pde] {role} file {path}: format {meta.get('format', 'zoo (save_dataset)')}, "
                        f"fields {meta.get('fields', 'a, f, u as written')}, {len(data)} samples, "
                        f"grid {meta.get('grid_size')}, method {meta.get('method')!r}")
         if meta.get("problem") != self.hparams.problem:
             raise ZooError(f"{role} file {path} holds {meta.get('problem')!r} data, not {self.hparams.problem!r}")
-        # a hand-written own file is read as stored: without this, a wrong shape (a without its channel axis, u on
-        # another grid, fewer u than a) surfaces as a traceback in to_tensors or the model
-        n, c, s = len(data.u), len(self.problem.channels), meta.get("grid_size")
-        shapes = {k: tuple(getattr(data, k).shape) for k in ("a", "f", "u")}
-        if shapes != {"a": (n, c, s, s), "f": (n, s, s), "u": (n, s, s)}:
-            raise ZooError(f"{role} file {path} has a {shapes['a']}, f {shapes['f']}, u {shapes['u']}; "
-                           f"{self.hparams.problem} with meta grid_size {s} needs a (N, {c}, {s}, {s}), "
-                           f"f and u (N, {s}, {s})")
         if self.hparams.grid_size is not None and meta.get("grid_size") != self.hparams.grid_size:
             raise ZooError(f"{role} file {path} has grid {meta.get('grid_size')}, config says {self.hparams.grid_size}")
-        _check_values(data, f"{role} file {path}")
         return data
 
     def setup(self, stage: Optional[str] = None) -> None:

@@ -5,6 +5,7 @@ where it was a traceback or was read and trained on."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from datamodules.conditional import ConditionalDataModule
 from datamodules.linear_designs import load_npz
 from datamodules.medmnist import read_medmnist
 from datamodules.pde import PDEDataModule
-from zoo.diffoas.generate import generate
+from zoo.diffoas.generate import generate, load_dataset
 from zoo.errors import ZooError
 
 # ------------------------------------------------------------------------------------------------ GENTLE (LDW-CPS)
@@ -188,7 +189,7 @@ def _own_pde_npz(path, problem="darcy", channels=1, change=None, meta=None):
 def test_pde_own_file_with_bad_values_names_sample_field_and_point(tmp_path, problem, channels, change, expected):
     path = _own_pde_npz(tmp_path / "own.npz", problem, channels, change)
     dm = PDEDataModule(problem=problem, source="local", train_path=path, test_path=path)
-    with pytest.raises(ZooError, match=rf"test file .*own\.npz: {expected}"):
+    with pytest.raises(ZooError, match=rf"own\.npz: {expected}"):
         dm.setup("test")
 
 
@@ -205,8 +206,22 @@ def test_pde_own_file_with_bad_values_names_sample_field_and_point(tmp_path, pro
 def test_pde_own_file_with_bad_metadata_or_text_is_refused(tmp_path, meta, change, expected):
     path = _own_pde_npz(tmp_path / "own.npz", change=change, meta=meta)
     dm = PDEDataModule(problem="darcy", source="local", train_path=path, test_path=path)
-    with pytest.raises(ZooError, match=rf"test file .*own\.npz: {expected}"):
+    with pytest.raises(ZooError, match=rf"own\.npz: {expected}"):
         dm.setup("test")
+
+
+@pytest.mark.parametrize("meta, change, expected", [
+    (None, ("u", (1, 0, 2), np.nan), r"sample 1, solution u at grid point \(0, 2\) is nan, expected a finite"),
+    ({"problem": "heat", "method": "gmres", "grid_size": 6}, None,
+     r"its metadata has problem = 'heat', expected a PDE name \(darcy, helmholtz, diffusion\)"),
+])
+def test_the_library_loader_checks_what_the_datamodule_relies_on(tmp_path, meta, change, expected):
+    """`zoo.diffoas.load_dataset` is public: a user reading a file in Python gets the datamodule's checks, not NaNs
+    in the arrays it returns."""
+    path = _own_pde_npz(tmp_path / "own.npz", change=change, meta=meta)
+    with pytest.raises(ZooError, match=rf"^{re.escape(path)}: {expected}"):
+        load_dataset(path)
+    assert len(load_dataset(_own_pde_npz(tmp_path / "fine.npz"))) == 3
 
 
 def test_pde_own_file_with_valid_values_is_read(tmp_path):

@@ -34,6 +34,7 @@ import scipy
 import scipy.sparse.linalg as spla
 import torch
 
+from zoo.data import first_non_finite
 from zoo.diffoas.formats import read_dataset, write_dataset
 from zoo.diffoas.grf import sample_grf
 from zoo.diffoas.operators import apply_operator, assemble_block_diagonal, assemble_operator, check_grid
@@ -384,9 +385,60 @@ def save_dataset(data: PDEData, path: str | Path) -> Path:
 def load_dataset(path: str | Path) -> PDEData:
     """A dataset file of this project or a released one (official DiffOAS .pt, FNO .mat, PDEBench .hdf5); the
     layout detected and the mapping of its fields to (a, f, u) are in ``meta['format']`` / ``meta['fields']``
-    (``zoo.diffoas.formats``)."""
-    a, f, u, meta = read_dataset(path)
-    return PDEData(a, f, u, meta)
+    (``zoo.diffoas.formats``). Its metadata, shapes and values are checked (`check_dataset`)."""
+    data = PDEData(*read_dataset(path))
+    check_dataset(data, str(path))
+    return data
+
+
+#: coefficient channels that must be positive everywhere: Darcy's permeability K and the diffusion coefficient k
+#: (exp of a GRF in every generator); helmholtz's k2 and diffusion's q may take any sign
+POSITIVE_CHANNELS = {"darcy": ("K",), "diffusion": ("k",)}
+
+
+def check_dataset(data: PDEData, where: str) -> None:
+    """What a training run needs of a dataset, as one-line ZooErrors that start with ``where``:
+    * metadata that is a JSON object naming a known problem and an integer grid size >= 3 (this project's own files
+      carry it as written by `save_dataset`: a hand-edited list ended in an AttributeError, a missing grid size in a
+      shape message of "None");
+    * a (N, C, s, s), f and u (N, s, s), C the problem's channels (a hand-written own file is read as stored: a
+      without its channel axis or u on another grid surfaced as a traceback in the model);
+    * every value a finite number, and the coefficients that must be positive so. The readers check shapes and,
+      for the official .pt files, the PDE residual on the interior; a NaN on the boundary (where the residual does
+      not look) or anywhere in a file without that check went into the inputs or targets, and the run logged NaN
+      losses. The error names the sample, the field and the grid point (and how the file's fields map to a, f, u).
+    """
+    meta = data.meta
+    if not isinstance(meta, dict):
+        raise ZooError(f"{where}: its metadata 'meta' is a JSON {type(meta).__name__}, expected an object with "
+                       "problem, method and grid_size (as zoo.diffoas.generate.save_dataset writes)")
+    for key, ok, expected in (("problem", lambda v: v in PROBLEMS, f"a PDE name ({', '.join(PROBLEMS)})"),
+                              ("grid_size", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 3,
+                               "the nodes per side, an integer >= 3")):
+        if not ok(meta.get(key)):
+            raise ZooError(f"{where}: its metadata has {key} = {meta.get(key)!r}, expected {expected}")
+    n, channels, s = len(data.u), data.problem.channels, meta["grid_size"]
+    shapes = {k: tuple(getattr(data, k).shape) for k in ("a", "f", "u")}
+    if shapes != {"a": (n, len(channels), s, s), "f": (n, s, s), "u": (n, s, s)}:
+        raise ZooError(f"{where} has a {shapes['a']}, f {shapes['f']}, u {shapes['u']}; {meta['problem']} with "
+                       f"meta grid_size {s} needs a (N, {len(channels)}, {s}, {s}), f and u (N, {s}, {s})")
+    mapping = f" (read as {meta['fields']})" if meta.get("fields") else ""
+    for name, arr, what in (("a", data.a, "coefficient"), ("f", data.f, "source"), ("u", data.u, "solution")):
+        if arr.dtype.kind not in "biuf":  # text where numbers belong (np.isfinite would raise a TypeError)
+            raise ZooError(f"{where}: the {what} {name} holds {arr.dtype} values, expected numbers{mapping}")
+        if found := first_non_finite(arr):
+            (i, *point), count = found
+            label = f"{name} channel {channels[point.pop(0)]!r}" if name == "a" else name
+            raise ZooError(f"{where}: sample {i}, {what} {label} at grid point {tuple(point)} is {arr[found[0]]}, "
+                           f"expected a finite number ({count} non-finite values in {name}){mapping}")
+    for c, channel in enumerate(channels):
+        if channel in POSITIVE_CHANNELS.get(meta["problem"], ()):
+            bad = np.argwhere(data.a[:, c] <= 0)
+            if len(bad):
+                i, *point = (int(k) for k in bad[0])
+                raise ZooError(f"{where}: sample {i}, coefficient {channel} at grid point {tuple(point)} is "
+                               f"{data.a[i, c][tuple(point)]:g}; {meta['problem']} needs {channel} > 0 everywhere "
+                               f"({len(bad)} such values){mapping}")
 
 
 def main(argv=None) -> None:
