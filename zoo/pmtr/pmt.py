@@ -185,7 +185,28 @@ def _checkpoint(fn, *args):
     return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
 
 
-class CoarsePMTBlock(nn.Module):
+class _PMTStack(nn.Module):
+    """The layers both PMT blocks stack: per layer a ProxyMatchTransform (c_i, f_i) -> (c_i+1, f_i+1), a distance
+    MLP per cloud and a PairGroupNorm, then LeakyReLU; the blocks differ in whose neighbours they aggregate over."""
+
+    def __init__(self, c: list[int], f: list[int], heads: list[int]):
+        super().__init__()
+        c, f, heads = list(c), list(f), list(heads)
+        _check_dims(c, f, heads)
+        self.c, self.f = c, f
+        self.layers = nn.ModuleList(ProxyMatchTransform(c[i], f[i], c[i + 1], f[i + 1], heads[i])
+                                    for i in range(len(heads)))
+        self.att_src = nn.ModuleList(distance_mlp(h) for h in heads)
+        self.att_trg = nn.ModuleList(distance_mlp(h) for h in heads)
+        self.norms = nn.ModuleList(PairGroupNorm(c[i + 1]) for i in range(len(heads)))
+        self.act = nn.LeakyReLU()
+
+    @property
+    def in_dim(self) -> int:
+        return self.c[0] * self.f[0]
+
+
+class CoarsePMTBlock(_PMTStack):
     """PMT on the superpoints (nodes): aggregation over all nodes of the same part within `radius` (the official
     code masks distance > radius to -inf before a softmax over all nodes; here a softmax over the radius-neighbour
     lists, the same value), an output Linear on c*f.
@@ -198,21 +219,9 @@ class CoarsePMTBlock(nn.Module):
 
     def __init__(self, c: list[int] = (64, 16, 4), f: list[int] = (8, 32, 128), heads: list[int] = (4, 4),
                  radius: float = 0.05, recompute: bool = True):
-        super().__init__()
-        c, f, heads = list(c), list(f), list(heads)
-        _check_dims(c, f, heads)
-        self.c, self.f, self.radius, self.recompute = c, f, radius, recompute
-        self.layers = nn.ModuleList(ProxyMatchTransform(c[i], f[i], c[i + 1], f[i + 1], heads[i])
-                                    for i in range(len(heads)))
-        self.att_src = nn.ModuleList(distance_mlp(h) for h in heads)
-        self.att_trg = nn.ModuleList(distance_mlp(h) for h in heads)
-        self.norms = nn.ModuleList(PairGroupNorm(c[i + 1]) for i in range(len(heads)))
-        self.act = nn.LeakyReLU()
-        self.out = nn.Linear(c[-1] * f[-1], c[-1] * f[-1])
-
-    @property
-    def in_dim(self) -> int:
-        return self.c[0] * self.f[0]
+        super().__init__(c, f, heads)
+        self.radius, self.recompute = radius, recompute
+        self.out = nn.Linear(self.c[-1] * self.f[-1], self.c[-1] * self.f[-1])
 
     def neighbors(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every node's neighbours within `radius` (itself included), uncapped so that the aggregation equals the
@@ -295,26 +304,13 @@ class CoarsePMTBlock(nn.Module):
         return F.linear(a.reshape(a.shape[0], -1), w, self.out.bias)
 
 
-class FinePMTBlock(nn.Module):
+class FinePMTBlock(_PMTStack):
     """PMT in the KPConv-FPN decoder: aggregation over each point's KPConv radius-neighbour list (padded with the
     shadow index), weighted by an MLP of the squared distance; no output Linear (the official block defines one but
     its neighbour path never applies it)."""
 
     def __init__(self, c: list[int] = (64, 16, 4), f: list[int] = (4, 16, 64), heads: list[int] = (4, 4)):
-        super().__init__()
-        c, f, heads = list(c), list(f), list(heads)
-        _check_dims(c, f, heads)
-        self.c, self.f = c, f
-        self.layers = nn.ModuleList(ProxyMatchTransform(c[i], f[i], c[i + 1], f[i + 1], heads[i])
-                                    for i in range(len(heads)))
-        self.att_src = nn.ModuleList(distance_mlp(h) for h in heads)
-        self.att_trg = nn.ModuleList(distance_mlp(h) for h in heads)
-        self.norms = nn.ModuleList(PairGroupNorm(c[i + 1]) for i in range(len(heads)))
-        self.act = nn.LeakyReLU()
-
-    @property
-    def in_dim(self) -> int:
-        return self.c[0] * self.f[0]
+        super().__init__(c, f, heads)
 
     def forward(self, feat: torch.Tensor, points: torch.Tensor, neighbors: torch.Tensor,
                 lengths: tuple[int, int]) -> torch.Tensor:
