@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Literal, Optional
 
 import torch
@@ -50,6 +51,18 @@ def _start(x: torch.Tensor, u0: Optional[torch.Tensor]) -> torch.Tensor:
     return u / _per_sample_norm(u)
 
 
+@contextlib.contextmanager
+def _linearised(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, u0: torch.Tensor | None, iters: int):
+    """``(leaf, f(leaf), u)`` for the Jacobian-vector products of a power iteration: ``leaf`` a copy of x that
+    requires grad, u its unit start vector (`_start`). Evaluation loops run under inference mode (Lightning's
+    test/validate): the block leaves it."""
+    if iters < 1:
+        raise ZooError(f"power iterations must be at least 1, got {iters}")
+    with torch.inference_mode(False), torch.enable_grad():
+        leaf = x.detach().clone().requires_grad_(True)
+        yield leaf, f(leaf), _start(leaf, u0)
+
+
 def jacobian_spectral_norm_sq(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, iters: int = 10,
                               create_graph: bool = True, u0: Optional[torch.Tensor] = None) -> torch.Tensor:
     """||J_f(x)||_2^2 per sample (shape (B,)) after `iters` power steps on J^T J from a random unit u (or `u0`).
@@ -57,15 +70,9 @@ def jacobian_spectral_norm_sq(f: Callable[[torch.Tensor], torch.Tensor], x: torc
     The Rayleigh quotient <u, J^T J u> / <u, u> of the last step is returned, as the official code does (it is a
     lower bound that reaches sigma_max^2 as the iteration converges). With `create_graph` the value is
     differentiable in f's parameters (training); without, it is a detached diagnostic."""
-    if iters < 1:
-        raise ZooError(f"power iterations must be at least 1, got {iters}")
-    # evaluation loops run under inference mode (Lightning's test/validate): leave it for the autograd products
-    with torch.inference_mode(False), torch.enable_grad():
-        x = x.detach().clone().requires_grad_(True)
-        u0 = None if u0 is None else u0.clone()
-        y = f(x)
-        z = _rayleigh_power(lambda u: vjp(y, x, jvp(y, x, u, create_graph), create_graph),  # J^T J u
-                            _start(x, u0), iters)
+    with _linearised(f, x, u0, iters) as (leaf, y, start):
+        z = _rayleigh_power(lambda u: vjp(y, leaf, jvp(y, leaf, u, create_graph), create_graph),  # J^T J u
+                            start, iters)
     return z if create_graph else z.detach()
 
 
@@ -85,22 +92,15 @@ def sym_jacobian_lambda_max(f: Callable[[torch.Tensor], torch.Tensor], x: torch.
 
     Plain power iteration finds the eigenvalue of largest magnitude, mu. If mu >= 0 it is lambda_max; otherwise
     S - mu I is positive semi-definite and its dominant eigenvalue is lambda_max - mu (a second run of `iters`)."""
-    if iters < 1:
-        raise ZooError(f"power iterations must be at least 1, got {iters}")
-    with torch.inference_mode(False), torch.enable_grad():
-        x = x.detach().clone().requires_grad_(True)
-        u0 = None if u0 is None else u0.clone()
-        y = f(x)
-
+    with _linearised(f, x, u0, iters) as (leaf, y, start):
         def sym(u: torch.Tensor, shift: torch.Tensor | float = 0.0) -> torch.Tensor:
-            out = 0.5 * (jvp(y, x, u, False) + vjp(y, x, u, False))
+            out = 0.5 * (jvp(y, leaf, u, False) + vjp(y, leaf, u, False))
             return out - (shift.view(-1, *([1] * (u.dim() - 1))) if torch.is_tensor(shift) else shift) * u
 
-        u = _start(x, u0)
-        mu = _rayleigh_power(sym, u, iters)
+        mu = _rayleigh_power(sym, start, iters)
         neg = mu < 0
         if bool(neg.any()):
-            second = mu + _rayleigh_power(lambda v: sym(v, mu), _start(x, None), iters)
+            second = mu + _rayleigh_power(lambda v: sym(v, mu), _start(leaf, None), iters)
             mu = torch.where(neg, second, mu)
     return mu.detach()
 
