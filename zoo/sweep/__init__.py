@@ -1,7 +1,7 @@
 """`zoo sweep`: a reproduction (configs × axes × seeds, optionally in chained stages) as ordinary zoo runs.
 
-    zoo sweep configs/sweeps/score_digits.yaml --jobs 2
-    zoo compare runs/sweeps/score_digits --group_by variant imbalance_ratio --format markdown
+    zoo sweep configs/sweeps/score_digits_lt.yaml --jobs 2
+    zoo compare runs/sweeps/score_digits_lt --group_by variant imbalance_ratio --format markdown
 
 Layout: ``runs/sweeps/<name>/manifest.json`` (every task with its state and error) and one ordinary run dir per
 stage and point (``<name>/<point>/`` or ``<name>/<stage>/<point>/``, e.g. ``variant=fl,seed=1``) with its
