@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from zoo.bymi import bymi, faba, krum, removal_count, split_scores
-from zoo.bymi.robust import trimmed_mean_1d
+from zoo.bymi.identify import scaled_rows
+from zoo.bymi.robust import filtering_mean, trimmed_mean_1d
 from zoo.bymi.threshold import bh_reject, knockoff_threshold
 from zoo.errors import ZooError
 
@@ -37,6 +38,9 @@ def test_matches_the_official_r_code(case):
     # exact eigenvectors vs R's power iteration: equal to the iteration's tolerance
     np.testing.assert_allclose(f.mu_hat.numpy(), r["mu_filter_tight"], rtol=0, atol=1e-8)
     np.testing.assert_allclose(f.mu_hat.numpy(), r["mu_filter"], rtol=0, atol=1e-5)
+    # the filter's final weights too (R's filtering_refine returns them second), on the rows bymi filters
+    _, w = filtering_mean(scaled_rows(g1, nh)[0], 1.2 * 0.1, S0)
+    np.testing.assert_allclose(w.numpy(), r["w_filter_tight"], rtol=0, atol=1e-8)
     assert _rows(f.flagged) == r["flag_filter"]
     geo = bymi(g1, g2, alpha=0.1, estimator="geom", eps=0.1, n_half=nh)
     np.testing.assert_allclose(geo.mu_hat.numpy(), r["mu_geom"], rtol=0, atol=1e-10)
