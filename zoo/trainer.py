@@ -44,6 +44,7 @@ from zoo.rundir import (
     RUN_DIR_ENV,
     is_worker_process,
     new_run_dir,
+    newest_match,
     read_point,
     run_dir_of_checkpoint,
     stage_dir,
@@ -239,6 +240,9 @@ class ZooCLI(LightningCLI):
         self.requested_model, self.requested_class = None, None
         if cfg is not None:
             check_seed(cfg.get("seed_everything"))  # Lightning seeds before any other hook
+            if isinstance(cfg.get("ckpt_path"), str):  # a quoted glob: its newest match, as for `init_from`
+                cfg["ckpt_path"] = newest_match(cfg["ckpt_path"], "--ckpt_path",
+                                                "give a checkpoint file, e.g. runs/<config>/<ts>/checkpoints/last.ckpt")
             check_checkpoint(cfg.get("ckpt_path"))
             # before Lightning replaces the model's settings with the checkpoint's (see before_instantiate_classes)
             self.requested_model = _init_args(cfg.get("model"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -91,6 +92,21 @@ def test_fit_then_test_writes_a_complete_run_dir(in_tmp, toy_config, capsys):
     assert metrics[0]["type"] == "mse" and result["dataset"]["split"] == "test"
     assert metrics[0]["value"] == pytest.approx(summary["test"]["test/mse"], rel=1e-5)
     assert "toy" in front["tags"]
+
+
+def test_a_quoted_ckpt_path_glob_takes_the_newest_match(in_tmp, toy_config, capsys):
+    """`--ckpt_path 'runs/toy/*/checkpoints/last.ckpt'` (quoted, so the shell leaves it) evaluates the newest run, as
+    `init_from` reads a glob; it was refused as a file that does not exist."""
+    older, newer = _fit(toy_config), _fit(toy_config)
+    os.utime(older / "checkpoints" / "last.ckpt", (1, 1))  # the same second on a fast machine: make the order sure
+    assert main(["test", "--config", str(toy_config), "--ckpt_path", "runs/toy/*/checkpoints/last.ckpt"]) == 0
+    assert json.loads((newer / "summary.json").read_text())["stages"] == ["fit", "test"]
+    assert json.loads((older / "summary.json").read_text())["stages"] == ["fit"]
+    capsys.readouterr()
+    assert main(["test", "--config", str(toy_config), "--ckpt_path", "runs/nothing/*/last.ckpt"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("zoo: error:")]
+    assert err == ["zoo: error: --ckpt_path 'runs/nothing/*/last.ckpt' matches nothing; give a checkpoint file, "
+                   "e.g. runs/<config>/<ts>/checkpoints/last.ckpt"]
 
 
 def test_each_stage_records_the_environment_of_its_numbers(in_tmp, toy_config):
