@@ -155,6 +155,30 @@ def test_score_generations_file(tmp_path, capsys):
     assert (tmp_path / "new" / "s.metrics.json").is_file()
 
 
+@pytest.mark.parametrize("compat", ["strict", "official"])
+@pytest.mark.parametrize("mode", ["output", "input"])
+def test_rejected_candidate_counts_in_n_next_to_a_passing_one(sandbox, mode, compat):
+    # cards/cruxeval.md: a candidate the official format rules reject is a failed sample here. The official
+    # scorer drops it from n when another candidate of the row passes: this row would score pass@1 = 1/1 = 1.0
+    # there; here n = 2, c = 1, pass@1 = 0.5. (A row without a passing candidate gives 0 under both rules.)
+    row = {"code": "def f(s):\n    return s * 2", "input": "'ab'", "output": "'abab'", "id": "mixed"}
+    completions = {"output": ["assert f('ab') == 'abab'\n",
+                              "assert f('ab') == f('ab')\n"],  # calls f on the input (true, but rejected)
+                   "input": ["assert f('ab') == 'abab'\n",
+                             "assert 'ab' == 'abab'\n"]}[mode]  # does not contain f(
+    answers, reasons = extract_answers(completions, mode)
+    assert reasons == ["", ""]
+    [res] = score_answers([row], {"mixed": answers}, mode, sandbox, ks=[1, 2], compat=compat)
+    assert res.passed == [True, False]
+    assert res.verdicts[1]["status"] == "rejected"
+    assert res.verdicts[1]["reason"] == {"output": "output answer calls f on the input instead of giving a literal",
+                                         "input": "input answer does not call f"}[mode]
+    assert (res.n, res.c) == (2, 1)
+    assert res.pass_at["pass@1"] == 0.5  # the official rule: 1.0
+    assert res.pass_at["pass@2"] == 1.0
+    assert summarize([res], [1])["pass@1"] == 50.0
+
+
 def _honest_candidates(row, mode, other):
     """Real-format completions (direct prompt: ``assert f(...) == ...``) a model might honestly write: right,
     wrong, spelled differently, computed by an expression, using code outside the trusted subset, truncated."""

@@ -143,3 +143,47 @@ def test_unsupported_layer_is_refused_before_training():
     model.net[1] = torch.nn.BatchNorm1d(5).double()  # mixes samples: no mode may clip it
     with pytest.raises(ZooError, match="BatchNorm1d"):
         _fit(model, DPClipping(mode="phantom", noise_multiplier=1.0), _loader())
+
+
+class TwoOptimizerNet(TinyNet):
+    def __init__(self):
+        super().__init__(manual=True)  # Lightning itself refuses several optimizers under automatic optimisation
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.net[:2].parameters(), lr=1.0), torch.optim.SGD(self.net[3].parameters(), lr=1.0)]
+
+
+class _SeesTrainer(DPClipping):
+    def on_fit_start(self, trainer, pl_module):
+        self.trainer = trainer
+        super().on_fit_start(trainer, pl_module)
+
+
+@pytest.mark.parametrize("case, match", [
+    ("two_optimizers", "needs exactly one optimizer, got 2"),
+    ("accumulate_grad_batches", "accumulate_grad_batches must be 1"),
+    ("16-mixed", "precision 16-mixed scales gradients"),
+    ("world_size", "runs in a single process .* this run has 2"),
+])
+def test_unsupported_trainer_setup_is_refused_before_training(case, match, monkeypatch):
+    """cards/dpformer.md: one optimizer, accumulate_grad_batches 1, no 16-bit AMP scaler, one process."""
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    model = TwoOptimizerNet() if case == "two_optimizers" else TinyNet()
+    kw = {}
+    if case == "accumulate_grad_batches":
+        kw["accumulate_grad_batches"] = 2
+    elif case == "16-mixed":
+        # Trainer(accelerator="cpu", precision="16-mixed") silently becomes bf16-mixed; an explicit plugin keeps
+        # fp16 AMP with its GradScaler on CPU, so the callback sees what it would on a GPU.
+        kw["plugins"] = [MixedPrecision("16-mixed", "cpu")]
+    elif case == "world_size":
+        # No processes launched: the (single-device) trainer reports two of them.
+        monkeypatch.setattr(pl.Trainer, "world_size", property(lambda self: 2))
+    before = [p.detach().clone() for p in model.parameters()]
+    cb = _SeesTrainer(noise_multiplier=1.0)
+    with pytest.raises(ZooError, match=match):
+        _fit(model, cb, _loader(), **kw)
+    if case == "16-mixed":  # the refusal came from a real fp16 AMP setup with a gradient scaler
+        assert cb.trainer.precision == "16-mixed" and cb.trainer.strategy.precision_plugin.scaler is not None
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
