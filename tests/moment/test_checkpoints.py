@@ -84,6 +84,19 @@ def test_pickled_only_copy_is_refused(official_dir):
         load_moment(str(d))
 
 
+@pytest.mark.parametrize("override, match", [
+    ({"revin_affine": True}, r"revin_affine: true is not supported"),
+    ({"transformer_type": "encoder_decoder"}, r"'encoder_decoder' is not supported: MOMENT is encoder-only"),
+], ids=["revin_affine", "encoder_decoder"])
+def test_unsupported_moment_variants_are_refused(official_dir, override, match):
+    # cards/moment.md: `revin_affine: true` and encoder-decoder MOMENT variants are refused
+    d, _ = official_dir
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, **override}))
+    with pytest.raises(ZooError, match=match):
+        load_moment(str(d))
+
+
 def test_uncached_hub_checkpoint_offline_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     import huggingface_hub.constants as c

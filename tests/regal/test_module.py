@@ -163,6 +163,58 @@ def test_resume_after_one_tuple_gives_the_uninterrupted_codebank(tmp_path, scrip
     assert resumed.bank.to_json() == whole.bank.to_json() and len(resumed._llms["refactorer"].prompts) == 1
 
 
+class NoModel:
+    """The LLM client of a replay: it must never be reached."""
+
+    def __call__(self, prompt: str) -> str:
+        raise AssertionError("replay_only reached the model")
+
+
+def test_replay_only_reproduces_a_finished_run_from_its_llm_cache(tmp_path, scripted, rows):
+    """cards/regal.md: every answer is cached in llm_cache.jsonl and a finished run replays without any model."""
+
+    def run(root, cache, clients, replay_only=False, test=True):
+        dm = ReGALDataModule("date", "embedded", n_train=6, n_test=3, test_batch_size=3, seed=2)
+        dm.setup("fit")
+        model = ReGALModule("date", refactorer=SPEC, sandbox_workers=2, cpu_seconds=2, wall_timeout=4,
+                            refactor_every=5, prune_min_uses=4, llm_cache=str(cache), replay_only=replay_only)
+        for role, client in clients(dm).items():
+            model.llm(role)._client = client  # the real CachedLLM and ResponseCache stay in front of it
+        trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, default_root_dir=root)
+        trainer.fit(model, datamodule=dm)
+        metrics = trainer.test(model, datamodule=dm, verbose=False)[0] if test else None
+        return model, metrics
+
+    cache = tmp_path / "llm_cache.jsonl"
+    first, metrics = run(tmp_path / "a", cache, lambda dm: {"refactorer": refactorer(dm, scripted),
+                                                            "synthesizer": synthesizer(dm, scripted)})
+    llms = first._llms.values()
+    assert sum(x.calls for x in llms) == sum(x.misses for x in llms) == len(rows(cache)) == 2 + 6
+    assert list(first.bank.helpers) == ["fmt"] and metrics["test/gain"] == 100.0
+    written = cache.read_text()
+
+    replay, again = run(tmp_path / "b", cache, lambda dm: {"refactorer": NoModel(), "synthesizer": NoModel()},
+                        replay_only=True)
+    assert [(x.calls, x.misses) for x in replay._llms.values()] == [(x.calls, 0) for x in llms]
+    assert replay.bank.to_json() == first.bank.to_json() and replay.reports == first.reports
+    assert (tmp_path / "b" / "codebank" / "codebank.py").read_text() == \
+        (tmp_path / "a" / "codebank" / "codebank.py").read_text()
+    assert again == metrics
+    assert rows(tmp_path / "b" / "test_records.jsonl") == rows(tmp_path / "a" / "test_records.jsonl")
+    assert cache.read_text() == written  # a replay adds nothing
+
+    # one answer missing (the first tuple's refactoring): the replay stops there, naming the role and the cache
+    lines = written.splitlines(keepends=True)
+    assert json.loads(lines[0])["role"] == "refactorer"
+    short = tmp_path / "short_cache.jsonl"
+    short.write_text("".join(lines[1:]))
+    with pytest.raises(ZooError, match=rf"refactorer: no cached response for this prompt in "
+                                       rf"{re.escape(str(short))} \(replay_only\)"):
+        run(tmp_path / "c", short, lambda dm: {"refactorer": NoModel(), "synthesizer": NoModel()},
+            replay_only=True, test=False)
+
+
 def test_zero_sandbox_workers_is_refused_before_the_fit():
     # ReGAL's fit ran on (its programs reach the sandbox only once the LLM writes one that parses), CRUXEval's test
     # failed at its first batch
