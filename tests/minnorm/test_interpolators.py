@@ -1,5 +1,6 @@
 """Oracles for the ℓ_p interpolators: cvxpy/Clarabel, closed forms, optimality certificates, bad input."""
 
+import itertools
 import math
 
 import numpy as np
@@ -99,6 +100,49 @@ def test_warm_start_reaches_the_same_solution():
     cold = dual_newton(X, y, 1.1)
     warm = dual_newton(X, y, 1.1, w0=dual_newton(X, y, 1.25).w)
     assert rel(warm.w, cold.w) < 1e-9
+
+
+def test_levenberg_ridge_recovers_when_the_hessians_cholesky_fails(monkeypatch):
+    """Near p = 1 (q = 101 at p = 1.01) the dual Hessian X diag((q−1)|v|^{q−2}) Xᵀ is numerically singular at some
+    Newton iterates: its Cholesky fails and the solver retries with H + ridge·mean(diag H)·I (cards/minnorm.md,
+    "a Levenberg ridge"). Spied on torch.linalg.cholesky_ex: the fallback runs and succeeds, and the result still
+    interpolates and is cvxpy's minimum-ℓ_p interpolant."""
+    p = 1.01
+    X, y = problem()
+    calls = []
+    real = torch.linalg.cholesky_ex
+
+    def spy(A, *args, **kwargs):
+        L, info = real(A, *args, **kwargs)
+        calls.append((A.clone(), int(info.max())))
+        return L, info
+
+    monkeypatch.setattr(torch.linalg, "cholesky_ex", spy)
+    ours = min_norm_interpolator(X, y, p)
+    monkeypatch.undo()
+    ridged = 0
+    for (A, info), (B, info_next) in itertools.pairwise(calls):
+        if info > 0:  # the next call factors the same matrix plus a positive multiple of the identity
+            shift = B - A
+            diag = torch.diagonal(shift)
+            assert torch.equal(shift - torch.diag(diag), torch.zeros_like(shift))  # off-diagonal untouched
+            assert float(diag.min()) > 0  # equal up to the rounding of H_ii + c − H_ii:
+            torch.testing.assert_close(diag, diag.mean().expand_as(diag), rtol=0.05, atol=0)
+            ridged += info_next == 0
+    assert sum(info > 0 for _, info in calls) >= 1 and ridged >= 1, [info for _, info in calls]
+    assert calls[-1][1] == 0
+    assert torch.linalg.norm(X @ ours - y) / torch.linalg.norm(y) < 1e-10  # interpolates (RESIDUAL_RTOL)
+
+    cp = pytest.importorskip("cvxpy", reason="cvxpy (the peer) is not installed")
+    w = cp.Variable(X.shape[1])
+    prob = cp.Problem(cp.Minimize(cp.norm(w, p)), [X.numpy() @ w == y.numpy()])
+    tol = 1e-10  # as in test_dual_newton_lp_and_closed_form_agree_with_cvxpy (Clarabel may end "optimal_inaccurate")
+    prob.solve(solver="CLARABEL", tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol, tol_ktratio=tol)
+    assert prob.status in ("optimal", "optimal_inaccurate")
+    peer = torch.from_numpy(w.value)
+    assert torch.linalg.norm(X @ peer - y) / torch.linalg.norm(y) < 1e-8
+    assert float(torch.linalg.vector_norm(ours, p)) <= float(torch.linalg.vector_norm(peer, p)) * (1 + 1e-9)
+    assert rel(ours, peer) < 1e-6
 
 
 # ------------------------------------------------------------------------------------------------ bad input

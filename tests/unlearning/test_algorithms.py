@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import lightning as L
 import pytest
 import torch
@@ -127,6 +129,105 @@ def test_task_arithmetic_phase_holds_the_edit_of_the_finetuned_weights(tmp_path,
     assert moved > 1e-4
     for k, p in ref.named_parameters():
         torch.testing.assert_close(theta[k], p.detach(), rtol=0, atol=1e-12)
+
+
+def test_adam_state_is_reset_when_task_arithmetic_starts_after_ascent(tmp_path, tiny_config):
+    """TA ascends for one epoch (one AdamW step), then switches: the optimizer state is empty right after the
+    switch (it held the ascent's moments just before), so fine-tuning's first step is a fresh Adam step from
+    theta_s (cards/unlearning.md: "Adam's state is reset when fine-tuning starts")."""
+    lr = 1e-3
+    torch.manual_seed(0)
+    m = UnlearningModule(model=tiny_config, method="ta", lr=lr, torch_dtype="float64", ma_threshold=-1.0,
+                         el_threshold=-1.0)
+    theta0 = _params(m)
+    ref = UnlearningModule(model=tiny_config, torch_dtype="float64").model
+    # the switch test reads mean MA < switch_level: never before the first ascent epoch has ended, always after
+    m.switch_level = lambda: float("inf") if m.epochs_done >= 1 else float("-inf")
+    seen = []
+    start = m._start_task_arithmetic
+
+    def spy():
+        opts = m.trainer.optimizers
+        seen.append(("before", m.global_step, [len(o.state) for o in opts],
+                     [int(s["step"]) for o in opts for s in o.state.values()]))
+        start()
+        seen.append(("after", m.global_step, [len(o.state) for o in opts], [type(o.state) for o in opts]))
+
+    m._start_task_arithmetic = spy
+    dm = _dm(tmp_path)
+    _fit(m, dm, max_epochs=2)  # epoch 1: gradient ascent (one step), switch; epoch 2: fine-tuning (one step)
+    n_params = len(theta0)
+    assert [s[:3] for s in seen] == [("before", 1, [n_params]), ("after", 1, [0])]
+    assert seen[0][3] == [1] * n_params  # the ascent's single Adam step
+    assert seen[1][3] == [defaultdict]  # torch's optimizers create state entries on access
+    assert m.phase == "finetune" and m._base is not None and m._theta is not None
+    base, theta = m._base, m._theta
+    assert max(float((base[k] - theta0[k]).abs().max()) for k in base) > 1e-4  # the ascent moved theta_s
+    # the fine-tuned weights are one fresh AdamW step from theta_s (the kept ascent moments would give another)
+    ref.load_state_dict(base, strict=False)
+    f = dm.forget_set
+    opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
+    opt.zero_grad()
+    lm_loss(ref(input_ids=f.input_ids, attention_mask=f.attention_mask).logits, f.input_ids,
+            f.attention_mask)[0].backward()
+    opt.step()
+    for k, p in ref.named_parameters():
+        torch.testing.assert_close(theta[k], p.detach(), rtol=0, atol=1e-12)
+
+
+def _forget_ma(model, f) -> float:
+    """Mean teacher-forced memorization accuracy of the forget set (greedy next token == the true one), by hand."""
+    with torch.no_grad():
+        logits = model(input_ids=f.input_ids, attention_mask=f.attention_mask).logits
+    valid = f.attention_mask[:, 1:].bool()
+    correct = (logits[:, :-1].argmax(-1) == f.input_ids[:, 1:]) & valid
+    return float((correct.sum(1).double() / valid.sum(1)).mean())
+
+
+def test_ta_lambda_grid_picks_the_smallest_lambda_meeting_the_rule(tmp_path, tiny_config):
+    """theta_0 memorizes D_f; TA fine-tunes one epoch from it (switch at once) and edits with each lambda of the
+    grid in increasing order: the first that meets the rule (mean forget MA < gamma_MA; stop_on_el off) is kept.
+    The grid's MA curve is computed here by hand: the smaller lambdas miss gamma_MA, several larger meet it."""
+    lr, gamma, grid = 1e-3, 0.5, [32.0, 8.0, 1.0, 16.0, 4.0, 2.0]  # unsorted: "smallest", not "first listed"
+    dm = _dm(tmp_path)
+    dm.prepare_data()
+    dm.setup("fit")
+    f = dm.forget_set
+    torch.manual_seed(0)
+    m = UnlearningModule(model=tiny_config, method="ta", lr=lr, torch_dtype="float64", ma_threshold=gamma,
+                         el_threshold=-1.0, stop_on_el=False, switch_ma=2.0, ta_lambda_grid=grid)
+    memo = torch.optim.AdamW(m.model.parameters(), lr=1e-2)
+    for _ in range(60):  # theta_0: D_f memorized
+        memo.zero_grad()
+        lm_loss(m.model(input_ids=f.input_ids, attention_mask=f.attention_mask).logits, f.input_ids,
+                f.attention_mask)[0].backward()
+        memo.step()
+    theta0 = _params(m)
+    # independently: theta = one AdamW fine-tuning step from theta_0, the edit theta_0 - lam (theta - theta_0)
+    ref = UnlearningModule(model=tiny_config, torch_dtype="float64").model
+    ref.load_state_dict(m.model.state_dict())
+    opt = torch.optim.AdamW(ref.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
+    opt.zero_grad()
+    lm_loss(ref(input_ids=f.input_ids, attention_mask=f.attention_mask).logits, f.input_ids,
+            f.attention_mask)[0].backward()
+    opt.step()
+    theta = {k: v.detach().clone() for k, v in ref.named_parameters()}
+    edits = {lam: {k: theta0[k] - lam * (theta[k] - theta0[k]) for k in theta0} for lam in grid}
+    mas = {}
+    for lam in sorted(grid):
+        ref.load_state_dict(edits[lam], strict=False)
+        mas[lam] = _forget_ma(ref, f)
+    meets = [lam for lam in sorted(grid) if mas[lam] < gamma]
+    expected = min(meets)
+    assert _forget_ma(m.model, f) >= gamma  # theta_0 itself is above the level: no stop before the first step
+    assert len(meets) >= 2 and any(lam < expected for lam in grid), mas  # a non-trivial grid
+    assert min(abs(v - gamma) for v in mas.values()) > 0.02, mas  # no near-tie at gamma
+
+    trainer = _fit(m, dm, max_epochs=3)
+    assert m.phase == "done" and m.lambdas == [expected] and m.epochs_done == 1, (m.lambdas, mas)
+    assert float(trainer.callback_metrics["train/ta_lambda"]) == expected
+    for k, v in _params(m).items():  # the model keeps the edit with that lambda
+        torch.testing.assert_close(v, edits[expected][k], rtol=0, atol=1e-12)
 
 
 def test_sgatau_names_the_papers_tau(tiny_config):
