@@ -109,6 +109,51 @@ def test_a_quoted_ckpt_path_glob_takes_the_newest_match(in_tmp, toy_config, caps
                    "e.g. runs/<config>/<ts>/checkpoints/last.ckpt"]
 
 
+@pytest.mark.parametrize("requested, env, netrc, expected", [
+    ("auto", {}, None, "offline"),  # not logged in
+    ("auto", {"WANDB_API_KEY": "k" * 40}, None, "online"),
+    ("auto", {}, "machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n", "online"),  # `wandb login`
+    ("auto", {}, "machine example.org\n  login user\n  password x\n", "offline"),  # another host's entry
+    ("auto", {"WANDB_MODE": "disabled", "WANDB_API_KEY": "k" * 40}, None, "disabled"),  # W&B's own setting wins
+    ("offline", {"WANDB_API_KEY": "k" * 40}, None, "offline"),  # an explicit --wandb_mode is kept
+])
+def test_wandb_is_online_only_when_the_user_is_logged_in(monkeypatch, tmp_path, requested, env, netrc, expected):
+    from zoo.trainer import wandb_mode
+
+    for key in ("WANDB_MODE", "WANDB_API_KEY", "NETRC"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # netrc.netrc() reads ~/.netrc
+    if netrc is not None:
+        (tmp_path / ".netrc").write_text(netrc)
+        (tmp_path / ".netrc").chmod(0o600)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert wandb_mode(requested) == expected
+
+
+def test_wandb_runs_are_grouped_by_paper_or_by_sweep(in_tmp, toy_config, monkeypatch):
+    """README: a run's W&B group is its paper id ("misc" outside the zoo's papers); a sweep point's is the sweep."""
+    from lightning.pytorch import loggers
+
+    seen = []
+
+    class Spy(loggers.WandbLogger):
+        def __init__(self, **kwargs):
+            seen.append(kwargs)
+            super().__init__(**{**kwargs, "mode": "disabled"})
+
+    monkeypatch.setattr(loggers, "WandbLogger", Spy)
+    _fit(toy_config, "--wandb_mode", "offline")
+    smoke = Path(__file__).resolve().parents[2] / "configs" / "smoke" / "minnorm_gaussian.yaml"
+    assert main(["test", "--config", str(smoke), "--wandb_mode", "offline"]) == 0
+    point = Path("runs/sweeps/s/seed=3")
+    point.mkdir(parents=True)
+    (point / "point.json").write_text(json.dumps({"sweep": "s", "stage": "", "point": "seed=3", "axes": {"seed": 3}}))
+    _fit(toy_config, "--wandb_mode", "offline", "--run_dir", str(point))
+    assert [(k["group"], k["mode"]) for k in seen] == [("misc", "offline"), ("minnorm", "offline"), ("s", "offline")]
+    assert "seed=3" in seen[2]["tags"] and seen[2]["config"]["sweep.seed"] == 3
+
+
 def test_each_stage_records_the_environment_of_its_numbers(in_tmp, toy_config):
     """Seeded runs repeat to the bit only in a matching environment: each stage's summary says which one (code
     commit, library versions, device, torch threads), and the card shows it."""
