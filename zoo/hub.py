@@ -239,9 +239,23 @@ def check_hub_class(class_path: Any, source: Any, expected: type | None) -> None
     allowed = {m for p in PAPERS.values() for m in p.modules}
     if expected is not None and expected is not HubMixin:
         allowed.add(f"{expected.__module__}.{expected.__qualname__}")
-    if class_path not in allowed:
+    if class_path not in allowed and not _defines_a_registered_model(class_path, PAPERS):
         raise ZooError(f"{source}: its config names class {class_path!r}, which is not a model of the zoo; refusing "
                        f"to import it (load a local copy with from_pretrained(<dir>) if you trust it)")
+
+
+def _defines_a_registered_model(class_path: Any, papers: dict) -> bool:
+    """Whether ``class_path`` is where a registered model is defined: a pushed config names the class as Lightning
+    saved it (``zoo.gentle.module.GENTLEModule``), the registry as a paper exports it (``zoo.gentle.GENTLEModule``).
+    Only the paper's own registered class is imported to compare, never the path the config names."""
+    parts = class_path.split(".") if isinstance(class_path, str) else []
+    if len(parts) < 3 or parts[0] != "zoo" or parts[1] not in papers:
+        return False
+    for registered in papers[parts[1]].modules:
+        if registered.rsplit(".", 1)[-1] == parts[-1]:
+            cls = import_class(registered)
+            return f"{cls.__module__}.{cls.__qualname__}" == class_path
+    return False
 
 
 def _instantiate(model_cfg: dict, config_path: Path, source: Any, expected: type | None = None, **overrides: Any):

@@ -217,6 +217,36 @@ def test_push_pull_from_pretrained_end_to_end(in_tmp, toy_config, hub, monkeypat
         ToyRegressor.from_pretrained("org/never-pulled")
 
 
+def test_zoo_pull_of_a_zoo_model_then_offline_use(in_tmp, hub, monkeypatch, capsys):
+    """README: `zoo pull org/name` downloads a published zoo model into the HF cache and checks it loads; it (and
+    `from_pretrained`) then works with HF_HUB_OFFLINE=1. A real module of the zoo: GENTLE's smoke run."""
+    from huggingface_hub import constants
+
+    from zoo.cli import main
+    from zoo.gentle import GENTLEModule
+
+    smoke = Path(__file__).resolve().parents[2] / "configs" / "smoke" / "gentle_toy1.yaml"
+    assert main(["fit", "--config", str(smoke), "--wandb_mode", "disabled", "--trainer.max_epochs", "1"]) == 0
+    (run_dir,) = Path("runs/gentle_toy1").iterdir()
+    trained = _state(GENTLEModule.from_pretrained(run_dir))
+    assert main(["push", str(run_dir), "--repo", "org/gentle", "--endpoint", hub.endpoint]) == 0
+    capsys.readouterr()
+    assert main(["pull", "org/gentle", "--endpoint", hub.endpoint]) == 0
+    local = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    assert Path(constants.HF_HUB_CACHE) in local.parents
+    assert {"model.safetensors", "config.yaml", "README.md"} <= {p.name for p in local.iterdir()}
+
+    hub.stop()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    n_requests = len(hub.log)
+    assert main(["pull", "org/gentle"]) == 0  # from the cache
+    assert Path(capsys.readouterr().out.strip().splitlines()[-1]) == local
+    model = GENTLEModule.from_pretrained("org/gentle")
+    assert isinstance(model, GENTLEModule) and not model.training
+    _assert_same_weights(trained, _state(model))
+    assert len(hub.log) == n_requests
+
+
 def test_a_hub_config_cannot_make_zoo_import_an_arbitrary_module(hub, tmp_path, monkeypatch, capsys):
     """A downloaded config.yaml names the class to build; the class's module is imported only when it is one of
     the zoo's registered models (importing a module runs its code)."""
@@ -242,6 +272,23 @@ def test_a_hub_config_cannot_make_zoo_import_an_arbitrary_module(hub, tmp_path, 
     with pytest.raises(ZooError, match="not a model of the zoo"):
         ToyRegressor.from_pretrained("org/evil", endpoint=hub.endpoint)
     assert not marker.exists() and "side_effect_mod" not in sys.modules
+
+
+@pytest.mark.parametrize("class_path", [
+    "zoo.gentle.evil.GENTLEModule",  # a paper's package, the registered name, but not where that class is defined
+    "zoo.gentle.nets.MLPM",  # a class of the paper, but not a registered model
+    "zoo.evil.GENTLEModule",  # no such paper
+    "zoo.gentle.module.GENTLEModule.extra",
+])
+def test_only_where_a_registered_model_is_defined_passes_for_it(class_path):
+    """A pushed config names the class where Lightning found it (zoo.gentle.module.GENTLEModule): that passes as the
+    registered zoo.gentle.GENTLEModule (tested end to end above), and nothing else under zoo/ does."""
+    from zoo.hub import check_hub_class
+
+    check_hub_class("zoo.gentle.module.GENTLEModule", "org/x", None)
+    with pytest.raises(ZooError, match="not a model of the zoo"):
+        check_hub_class(class_path, "org/x", None)
+    assert "zoo.evil" not in sys.modules and "zoo.gentle.evil" not in sys.modules
 
 
 # -- 2. pickled weights are refused ---------------------------------------------------------------------
