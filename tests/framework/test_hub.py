@@ -274,6 +274,17 @@ def test_a_hub_config_cannot_make_zoo_import_an_arbitrary_module(hub, tmp_path, 
     assert not marker.exists() and "side_effect_mod" not in sys.modules
 
 
+def test_every_registered_model_passes_where_it_is_defined():
+    """What save_pretrained writes for each registered model (its class where it is defined) passes the Hub check:
+    `zoo pull` of any published zoo model used to be refused."""
+    from zoo.hub import check_hub_class, import_class
+    from zoo.registry import PAPERS
+
+    for registered in (m for p in PAPERS.values() for m in p.modules):
+        cls = import_class(registered)
+        check_hub_class(f"{cls.__module__}.{cls.__qualname__}", registered, None)
+
+
 @pytest.mark.parametrize("class_path", [
     "zoo.gentle.evil.GENTLEModule",  # a paper's package, the registered name, but not where that class is defined
     "zoo.gentle.nets.MLPM",  # a class of the paper, but not a registered model
