@@ -249,8 +249,12 @@ def render(header: list[str], rows: list[list], fmt: str) -> str:
         w.writerow(header)
         w.writerows([[_fmt(v) for v in r] for r in rows])
         return buf.getvalue()
-    cells = [header] + [[_fmt(v) for v in r] for r in rows]
+    # one table row per run: a value's line breaks are shown as \n (a prompt template held one and split the row),
+    # and a markdown cell's | is escaped
+    cells = [[c.replace("\r", "\\r").replace("\n", "\\n") for c in r]
+             for r in [header] + [[_fmt(v) for v in r] for r in rows]]
     if fmt == "markdown":
+        cells = [[c.replace("|", "\\|") for c in r] for r in cells]
         out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(header)]
         out += ["| " + " | ".join(r) + " |" for r in cells[1:]]
         return "\n".join(out) + "\n"

@@ -276,6 +276,17 @@ def test_card_command_refreshes(in_tmp, toy_config, capsys):
     assert "## Results of this run" in (run / "README.md").read_text()
 
 
+@pytest.mark.parametrize("fmt", ["markdown", "table"])
+def test_compare_keeps_one_line_per_run_when_a_value_holds_a_newline_or_a_bar(fmt):
+    # RoSA's eval_template ("Question: {question}\nAnswer:") split its row in two, and a | made an extra cell
+    from zoo.compare import render
+
+    out = render(["run", "data.eval_template"], [["a", "Q: {q}\nA: x|y"], ["b", 1.5]], fmt).splitlines()
+    assert len(out) == 4 and "Q: {q}\\nA:" in out[2] and out[3].startswith(("| b", "b"))
+    if fmt == "markdown":
+        assert all(line.count("|") - line.count("\\|") == 3 for line in out)
+
+
 def test_compare_table_and_plot(in_tmp, toy_config, capsys):
     _fit(toy_config, "--model.init_args.lr", "0.01")
     _fit(toy_config, "--model.init_args.lr", "0.1")
