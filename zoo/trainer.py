@@ -322,6 +322,16 @@ class ZooCLI(LightningCLI):
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Any:
+        # Lightning leaves the config callback out under fast_dev_run: the run dir then had no config.yaml, and
+        # `zoo card`/`push`/`compare` refused it as no run dir, while `zoo test --ckpt_path` on its checkpoint
+        # silently made a new one
+        if config.get("fast_dev_run") and self.save_config_callback:
+            callbacks = [*callbacks, self.save_config_callback(
+                self._parser(self.subcommand), self.config.get(str(self.subcommand), self.config),
+                **self.save_config_kwargs)]
+        return super()._instantiate_trainer(config, callbacks)
+
     def _one_process(self, trainer_cfg: dict[str, Any]) -> dict[str, Any]:
         """Trainer settings that keep a command in one process where it must be (see `one_process_reason`):
         "auto" devices would take every GPU; an evaluation with a config that trains on several (a DDP config's

@@ -190,6 +190,18 @@ def test_checkpointing_turned_off_writes_no_checkpoint(in_tmp, toy_config, capsy
     assert "last checkpoint" not in capsys.readouterr().out
 
 
+def test_a_fast_dev_run_leaves_a_complete_run_dir(in_tmp, toy_config):
+    """Lightning saves no config under fast_dev_run: the run dir had none, so `zoo card` refused it as no run dir
+    and `zoo test --ckpt_path` on its checkpoint wrote a new one."""
+    run = _fit(toy_config, "--trainer.fast_dev_run", "true", "--wandb_mode", "disabled")
+    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["fast_dev_run"] is True
+    assert main(["card", str(run)]) == 0
+    assert main(["test", "--config", str(toy_config), "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+                 "--wandb_mode", "disabled"]) == 0
+    assert len(list(Path("runs/toy").iterdir())) == 1
+    assert json.loads((run / "summary.json").read_text())["stages"] == ["fit", "test"]
+
+
 def test_seed_is_recorded_when_random(in_tmp, toy_config):
     run = _fit(toy_config, "--seed_everything", "true")
     seed = yaml.safe_load((run / "config.yaml").read_text())["seed_everything"]
