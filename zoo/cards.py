@@ -14,7 +14,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from zoo.configs import read_yaml
 from zoo.errors import ZooError
 from zoo.registry import PAPERS
-from zoo.rundir import SINGLE_STAGE, check_output_file, check_run_dir, read_point, read_summary
+from zoo.rundir import SINGLE_STAGE, check_output_file, check_run_dir, fit_config, read_point, read_summary
 
 RESULTS_HEADING = "## Results of this run"
 _STAGES = ("test", "validate", "fit")
@@ -117,11 +117,11 @@ def _results_section(run_dir: Path, summary: dict[str, Any], point: dict[str, An
         lines += [f"| {s} | {k} | {v:.6g} |" for s, k, v in rows]
     else:
         lines.append("No metrics were recorded.")
-    cfg = run_dir / "config.yaml"
+    cfg = fit_config(run_dir)  # a resumed fit's own (it may have trained longer), else config.yaml
     if cfg.exists():
         if not isinstance(read_yaml(cfg, "run config "), dict):  # the card says this config produced its numbers
             raise ZooError(f"run config {cfg} is not a mapping of options; restore it before writing the card")
-        lines += ["", "<details><summary>config.yaml</summary>", "", "```yaml", cfg.read_text().rstrip(), "```", "",
+        lines += ["", f"<details><summary>{cfg.name}</summary>", "", "```yaml", cfg.read_text().rstrip(), "```", "",
                   "</details>"]
     return "\n".join(lines) + "\n"
 

@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional
 
 from zoo.configs import flatten, load_yaml
 from zoo.errors import ZooError, flat
-from zoo.rundir import check_output_file, read_point, read_summary
+from zoo.rundir import check_output_file, fit_config, read_point, read_summary
 
 # Keys that differ between any two runs without meaning anything.
 _NOISE = ("config", "run_root", "run_dir", "run_name", "ckpt_path", "trainer.default_root_dir")
@@ -50,7 +50,7 @@ def local_run(run_dir: Path) -> dict:
     axes = dict(point.get("axes") or {})
     if point:
         axes["stage"] = point["stage"]
-    return {"name": f"{run_dir.parent.name}/{run_dir.name}", "config": flatten(load_yaml(run_dir / "config.yaml")),
+    return {"name": f"{run_dir.parent.name}/{run_dir.name}", "config": flatten(load_yaml(fit_config(run_dir))),
             "metrics": metrics, "axes": axes, "curves": lambda m, d=run_dir: _csv_curve(d, m)}
 
 

@@ -1,7 +1,8 @@
 """One run-directory layout for every run.
 
     runs/<config-stem>/<YYYYmmdd-HHMMSS>[-N]/
-        config.yaml           resolved config of `fit` (with the seed); other stages: config.<stage>.yaml
+        config.yaml           resolved config of `fit` (with the seed); other stages: config.<stage>.yaml (a
+                              resumed fit: config.fit.yaml, then config.fit-N.yaml)
         checkpoints/          last.ckpt (resume) and best-k checkpoints
         logs/<stage>/metrics.csv
         wandb/                the W&B run (offline unless logged in)
@@ -90,6 +91,16 @@ def check_output_file(path: str | Path, option: str, make_parents: bool = False)
     if path.exists() and not os.access(path, os.W_OK):
         raise ZooError(f"{option} {path} cannot be written")
     return path
+
+
+def fit_config(run_dir: str | Path) -> Path:
+    """The config of the run's last fit: config.yaml, or the newest config.fit[-N].yaml a resumed fit wrote (it may
+    change trainer settings, e.g. max_epochs, so the weights and numbers are its). What cards and compare show."""
+    run_dir = Path(run_dir)
+    last, n = run_dir / "config.yaml", 0
+    while (run_dir / (name := "config.fit.yaml" if n == 0 else f"config.fit-{n}.yaml")).exists():
+        last, n = run_dir / name, n + 1
+    return last
 
 
 def check_run_dir(run_dir: str | Path) -> Path:

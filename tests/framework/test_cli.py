@@ -281,6 +281,20 @@ def test_list_filters(capsys):
     assert "rosa" in out and "moment" not in out
 
 
+def test_a_fit_resumed_with_more_epochs_is_shown_with_its_own_config(in_tmp, toy_config, capsys):
+    """The card said "produced by the config below" over config.yaml (max_epochs 1) for weights a resumed fit had
+    trained to epoch 2, and zoo compare read the same file; the resumed fit's config.fit.yaml is the one."""
+    run = _fit(toy_config, "--wandb_mode", "disabled")
+    assert main(["fit", "--config", str(toy_config), "--trainer.max_epochs", "2", "--wandb_mode", "disabled",
+                 "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 0
+    assert yaml.safe_load((run / "config.fit.yaml").read_text())["trainer"]["max_epochs"] == 2
+    card = (run / "README.md").read_text()
+    assert "<summary>config.fit.yaml</summary>" in card and "max_epochs: 2" in card and "max_epochs: 1" not in card
+    from zoo.compare import local_run
+
+    assert local_run(run)["config"]["trainer.max_epochs"] == 2  # what zoo compare tells runs apart by
+
+
 def test_card_command_refreshes(in_tmp, toy_config, capsys):
     run = _fit(toy_config)
     (run / "README.md").unlink()
