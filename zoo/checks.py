@@ -245,6 +245,23 @@ def check_verb(class_path: str, subcommand: str) -> None:
         raise ZooError(f"{name} makes no predictions (it has no predict step): `zoo test` reports its metrics")
 
 
+def untrained_evaluation_note(class_path: str, subcommand: str, ckpt_path: Any) -> str | None:
+    """`zoo test` (validate, predict) of a trainable module without --ckpt_path evaluates the weights the config
+    builds: right for a pretrained base model, but for a smoke config it scores random weights, and the run's card
+    and `zoo compare` showed them as any other result. Said, not refused."""
+    if subcommand not in ("validate", "test", "predict") or ckpt_path or "." not in class_path:
+        return None
+    import lightning as L
+
+    cls = _resolve(class_path)
+    if not (isinstance(cls, type) and issubclass(cls, L.LightningModule)) or \
+            cls.training_step is L.LightningModule.training_step:
+        return None
+    return (f"{class_path.rsplit('.', 1)[1]} trains, and no --ckpt_path was given: this {subcommand} scores the "
+            "weights the config builds (random unless it loads pretrained ones); to evaluate a run, add "
+            "--ckpt_path runs/<config>/<ts>/checkpoints/last.ckpt")
+
+
 def requested_processes(devices: Any, num_nodes: Any = 1) -> int | None:
     """How many processes a trainer's `devices` and `num_nodes` ask for, in Lightning's forms (2, "2", "0,1",
     [0, 1]); None where Lightning decides ("auto", -1, "-1": every GPU there is)."""

@@ -36,6 +36,7 @@ from zoo.checks import (
     check_verb,
     one_process_reason,
     requested_processes,
+    untrained_evaluation_note,
 )
 from zoo.errors import ZooError
 from zoo.hub import state_dict_misfit
@@ -271,6 +272,8 @@ class ZooCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         self.check_settings()
         cfg = self._cfg()
+        if note := untrained_evaluation_note(_class_path(cfg.get("model")) or "", self.subcommand, cfg.get("ckpt_path")):
+            print(f"zoo: note: {note}", file=sys.stderr)
         model_args = _init_args(cfg.get("model"))
         if cfg.get("ckpt_path") and self.requested_model is not None:
             check_checkpoint_class(self.requested_class, _class_path(cfg.get("model")), cfg["ckpt_path"])

@@ -233,6 +233,26 @@ def test_bad_input_is_one_line_error(in_tmp, toy_config, capsys, extra, needle):
     assert len(err) == 1 and needle in err[0]
 
 
+def test_evaluating_a_trainable_model_without_a_checkpoint_says_so(in_tmp, toy_config, capsys):
+    """`zoo test` of a trainable module without --ckpt_path scores the weights the config builds (random in a smoke
+    config) and its card looked like any result: a note says so; with a checkpoint, or for an evaluation-only
+    module, none."""
+    assert main(["test", "--config", str(toy_config), "--wandb_mode", "disabled"]) == 0
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("zoo: note:")]
+    assert notes == ["zoo: note: ToyRegressor trains, and no --ckpt_path was given: this test scores the weights the "
+                     "config builds (random unless it loads pretrained ones); to evaluate a run, add --ckpt_path "
+                     "runs/<config>/<ts>/checkpoints/last.ckpt"]
+    run = _fit(toy_config, "--wandb_mode", "disabled")
+    capsys.readouterr()
+    assert main(["test", "--config", str(toy_config), "--wandb_mode", "disabled",
+                 "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 0
+    assert "zoo: note:" not in capsys.readouterr().err
+    from zoo.checks import untrained_evaluation_note
+
+    assert untrained_evaluation_note("zoo.minnorm.MinNormExperiment", "test", None) is None  # evaluation only
+    assert untrained_evaluation_note("zoo_toy.ToyRegressor", "fit", None) is None
+
+
 def test_evaluation_configs_may_take_no_training_step(in_tmp, toy_config):
     # the restoration configs set max_steps: 0 for `zoo test`; only `zoo fit` is refused
     from zoo.checks import check_trainer_settings
