@@ -32,6 +32,9 @@ def run_card_metadata(trainer: pl.Trainer) -> dict:
                 meta["tags"] = list(dict.fromkeys([*meta.get("tags", []), *v]))
             else:
                 meta[k] = v
+    weights = getattr(trainer.lightning_module, "zoo_weights", None)  # `zoo ... --weights`: what the run started from
+    if weights:
+        meta["base_model"] = weights
     base = meta.get("base_model")
     if isinstance(base, str) and Path(base).exists():
         # a local directory (e.g. an exported fine-tune) is not a Hub model: the card's base_model names Hub models

@@ -133,6 +133,21 @@ def check_repo_id(repo: str, or_directory: bool = False) -> None:
         raise ZooError(f"{repo!r} is {what} like org/name ({e})") from e
 
 
+def _is_repo_id(text: str) -> bool:
+    """``org/name`` as the Hub spells a repo (not ./x, /x, x.ckpt or a glob): what a weights option that names no
+    local path may mean instead."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if text.count("/") != 1 or text.startswith((".", "/", "~")) or any(c in text for c in "*?[") or \
+            text.endswith((".ckpt", ".pt", ".pth", ".safetensors")):
+        return False
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return True
+
+
 def hub_errors() -> tuple[type[BaseException], ...]:
     """What a Hub call raises for a missing repo, a bad token or no connection: huggingface_hub's own errors
     (offline mode is an OSError) and its HTTP client's transport errors, which it lets through."""
@@ -286,10 +301,13 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def resolve_weights(path: str, what: str, hint: str) -> Path:
-    """The weights file that `path` names: a checkpoint file, a HubMixin directory (model.safetensors) or a run
-    directory (its checkpoints/last.ckpt); a glob picks its newest match. `what` names the setting in errors and
-    `hint` says how the weights are made (e.g. "run stage 1 first")."""
+    """The weights file that `path` names: a checkpoint file, a HubMixin directory (model.safetensors), a run
+    directory (its checkpoints/last.ckpt) or a published Hub repo ``org/name`` that is no local path (its
+    model.safetensors, downloaded into the HF cache, or read from it offline); a glob picks its newest match.
+    `what` names the setting in errors and `hint` says how the weights are made (e.g. "run stage 1 first")."""
     p = Path(newest_match(path, what, hint))
+    if not p.exists() and _is_repo_id(path):
+        return _local_or_download(path, None, None) / WEIGHTS
     if p.is_dir():
         for cand in (p / WEIGHTS, p / "checkpoints" / "last.ckpt"):
             if cand.is_file():

@@ -38,8 +38,9 @@ from zoo.checks import (
     requested_processes,
     untrained_evaluation_note,
 )
+from zoo.configs import load_yaml
 from zoo.errors import ZooError
-from zoo.hub import state_dict_misfit
+from zoo.hub import WEIGHTS, load_fitting, load_weights, resolve_weights, state_dict_misfit
 from zoo.registry import paper_of_class
 from zoo.rundir import (
     RUN_DIR_ENV,
@@ -232,6 +233,11 @@ class ZooCLI(LightningCLI):
         parser.add_argument("--wandb_project", type=str, default="zoo", help="W&B project.")
         parser.add_argument("--checkpoint_every_n_steps", type=Optional[int], default=None,
                             help="Also write last.ckpt every N optimizer steps (default: at epoch/validation end).")
+        parser.add_argument("--weights", type=Optional[str], default=None,
+                            help="Weights to start from (fit) or to evaluate (test, validate, predict): a published "
+                                 "Hub repo org/name, a run dir, a model.safetensors dir or a checkpoint file, read "
+                                 "weights-only into the model this config builds. A new run; --ckpt_path instead "
+                                 "resumes or evaluates a run's whole training state.")
 
     # -- inputs --------------------------------------------------------------------------------------
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
@@ -241,6 +247,9 @@ class ZooCLI(LightningCLI):
         self.requested_model, self.requested_class = None, None
         if cfg is not None:
             check_seed(cfg.get("seed_everything"))  # Lightning seeds before any other hook
+            if cfg.get("weights") and cfg.get("ckpt_path"):
+                raise ZooError("--weights and --ckpt_path both name the weights; give --ckpt_path to resume or evaluate "
+                               "a run, --weights to start a new run from (or evaluate) published weights")
             if isinstance(cfg.get("ckpt_path"), str):  # a quoted glob: its newest match, as for `init_from`
                 cfg["ckpt_path"] = newest_match(cfg["ckpt_path"], "--ckpt_path",
                                                 "give a checkpoint file, e.g. runs/<config>/<ts>/checkpoints/last.ckpt")
@@ -300,6 +309,11 @@ class ZooCLI(LightningCLI):
             os.environ[RUN_DIR_ENV] = str(run_dir)
         self.run_dir = run_dir
         self.save_config_kwargs = {"run_dir": str(run_dir), "overwrite": False}
+
+    def instantiate_classes(self) -> None:
+        super().instantiate_classes()
+        if self.subcommand and self._cfg().get("weights"):
+            load_weights_into(self.model, self._cfg()["weights"])
 
     def instantiate_trainer(self, **kwargs: Any):
         cfg = self.config_init[self.subcommand]
@@ -438,6 +452,24 @@ class ZooCLI(LightningCLI):
             writer = next((c for c in self.trainer.callbacks if isinstance(c, PredictionWriter)), None)
             if writer is not None and writer.path is not None:
                 print(f"zoo: predictions {writer.path}")
+
+
+def load_weights_into(module: Any, weights: str) -> None:
+    """`--weights`: the state a Hub repo, run dir, weights dir or checkpoint holds, loaded as `from_pretrained`
+    loads it (the module prepares what its shapes depend on, then the weights must fit). A repo or dir whose
+    config names another class is refused: its weights would fit only by accident."""
+    path = resolve_weights(weights, "--weights", "give a Hub repo org/name, a run dir or a checkpoint file")
+    cfg = path.parent / "config.yaml" if path.name == WEIGHTS else None
+    named = (load_yaml(cfg).get("model") or {}).get("class_path") if cfg is not None and cfg.is_file() else None
+    own = f"{type(module).__module__}.{type(module).__qualname__}"
+    if named and named != own:
+        raise ZooError(f"--weights {weights} holds a {named.rsplit('.', 1)[-1]}, but this config builds a "
+                       f"{type(module).__name__}")
+    state = load_weights(path)
+    if hasattr(module, "prepare_state_dict_load"):
+        module.prepare_state_dict_load(state)
+    load_fitting(module, state, f"--weights {weights}")
+    module.zoo_weights = weights  # the card names them (callbacks/model_card.py)
 
 
 class _Parsed(Exception):

@@ -244,7 +244,38 @@ def test_zoo_pull_of_a_zoo_model_then_offline_use(in_tmp, hub, monkeypatch, caps
     model = GENTLEModule.from_pretrained("org/gentle")
     assert isinstance(model, GENTLEModule) and not model.training
     _assert_same_weights(trained, _state(model))
+
+    # "point a config at it": --weights org/gentle evaluates the published weights with a config (offline, from the
+    # cache) and scores what the run's own checkpoint scores; the card names them as what the run used
+    import json
+
+    test = ["test", "--config", str(smoke), "--wandb_mode", "disabled"]
+    assert main([*test, "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")]) == 0
+    assert main([*test, "--weights", "org/gentle"]) == 0
+    (published,) = [d for d in Path("runs/gentle_toy1").iterdir() if d != run_dir]
+    want, got = (json.loads((d / "summary.json").read_text())["test"] for d in (run_dir, published))
+    assert want == pytest.approx(got, rel=1e-6) and "test/wd" in got
+    assert "base_model: org/gentle" in (published / "README.md").read_text()
+    cwgan = Path(__file__).resolve().parents[2] / "configs" / "smoke" / "gentle_toy1_cwgan.yaml"
+    capsys.readouterr()
+    assert main(["test", "--config", str(cwgan), "--wandb_mode", "disabled", "--weights", "org/gentle"]) == 2
+    assert "zoo: error: --weights org/gentle holds a GENTLEModule, but this config builds a CWGANModule" in \
+        capsys.readouterr().err
+    # init_from (IML, unlearning, pcdenoiser) reads a published repo the same way
+    from zoo.hub import resolve_weights
+
+    assert resolve_weights("org/gentle", "init_from", "run stage 1 first") == local / "model.safetensors"
     assert len(hub.log) == n_requests
+
+
+@pytest.mark.parametrize("text, repo", [("org/name", True), ("runs/x", True), ("./org/name", False),
+                                        ("/abs/path", False), ("runs/*/last.ckpt", False), ("dir/last.ckpt", False),
+                                        ("name", False), ("a/b/c", False), ("org/na me", False)])
+def test_which_missing_weights_paths_are_read_as_hub_repos(text, repo):
+    # a path that exists locally is always read as one (resolve_weights looks there first)
+    from zoo.hub import _is_repo_id
+
+    assert _is_repo_id(text) is repo
 
 
 def test_a_hub_config_cannot_make_zoo_import_an_arbitrary_module(hub, tmp_path, monkeypatch, capsys):

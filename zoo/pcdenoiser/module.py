@@ -20,26 +20,20 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from zoo.attached import attached_datamodule, attached_trainer
 from zoo.errors import ZooError
-from zoo.hub import WEIGHTS, HubMixin, load_checkpoint, load_state_dict_file
+from zoo.hub import HubMixin, load_weights, resolve_weights
 from zoo.pcdenoiser.denoisers import build_denoiser, check_sigma
 from zoo.pcdenoiser.jacobian import jacobian_spectral_norm_sq, spc_operator, spc_penalty, sym_jacobian_lambda_max
 from zoo.pcdenoiser.metrics import psnr, ssim
 from zoo.pcdenoiser.restore import PnPConfig, restore
 from zoo.pcdenoiser.solvers import check_exponents
-from zoo.rundir import newest_match
 
 CURVES = "restoration_curves.csv"
 
 
 def _init_state(init_from: str) -> dict[str, torch.Tensor]:
-    """Weights of a prior run: a .ckpt (weights-only), a HubMixin dir (model.safetensors) or a run dir; a glob picks
-    the newest match."""
-    p = Path(newest_match(init_from, "init_from", "train the denoiser first"))
-    if p.is_dir():
-        p = next((c for c in (p / WEIGHTS, p / "checkpoints" / "last.ckpt") if c.is_file()), p)
-    if not p.is_file():
-        raise ZooError(f"init_from {init_from!r} holds no {WEIGHTS} or checkpoints/last.ckpt; train the denoiser first")
-    return load_state_dict_file(p) if p.suffix == ".safetensors" else load_checkpoint(p)["state_dict"]
+    """Weights of a prior run: a .ckpt (weights-only), a HubMixin dir (model.safetensors), a run dir or a published
+    Hub repo; a glob picks the newest match (`zoo.hub.resolve_weights`)."""
+    return load_weights(resolve_weights(init_from, "init_from", "train the denoiser first"))
 
 
 def best_iterate(curves: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
