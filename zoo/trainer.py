@@ -427,14 +427,19 @@ class ZooCLI(LightningCLI):
         self._check_batches("prediction", self.trainer.num_predict_batches, "predicted")
         self._report()
 
-    @staticmethod
-    def _check_batches(split: str, counts: list, done: str) -> None:
+    def _check_batches(self, split: str, counts: list, done: str) -> None:
         """Lightning ends a command whose data has no batches with a warning or an info line ("No training
         batches"), and the run would look done: a card with no metrics, a fit with no checkpoint. Raising here
-        also removes the run dir the command created."""
+        also removes the run dir the command created. The data settings at 0 are named (a smoke config's
+        `num_val: 0` made `zoo validate` fail with no hint of the option)."""
         if not any(counts):
+            data = _init_args(self._cfg().get("data"))
+            counts = (k for k, v in data.items() if v == 0 and type(v) is int and "worker" not in k)
+            zeros = [f"data.init_args.{k}" for k in counts  # sample counts, not seeds or loader workers
+                     if k == "n" or k.startswith(("n_", "num_")) or k.endswith(("samples", "_size", "_count"))]
+            hint = f"; this config sets {', '.join(zeros)} to 0" if zeros else ""
             raise ZooError(f"the {split} data has no batches (an empty split, e.g. a data setting of 0 samples, or "
-                           f"fewer samples than a batch with drop_last): nothing was {done}")
+                           f"fewer samples than a batch with drop_last): nothing was {done}{hint}")
 
     def _report(self) -> None:
         from lightning.pytorch.loggers import WandbLogger

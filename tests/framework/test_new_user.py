@@ -69,7 +69,9 @@ def bad_files(tmp_path):
     (["--checkpoint_every_n_steps", "0"], "checkpoint_every_n_steps must be a positive number"),
     (["--data.init_args.batch_size", "-4"], "data.init_args.batch_size = -4: a count or size cannot be negative"),
     (["--data.init_args.seed", "-1"], "data.init_args.seed = -1: seeds are non-negative integers"),
-    (["--data.init_args.n", "0"], "the training data has no batches"),  # Lightning: a run dir with no checkpoint
+    (["--data.init_args.n", "0"], "the training data has no batches (an empty split, e.g. a data setting of 0 "
+                                  "samples, or fewer samples than a batch with drop_last): nothing was trained; "
+                                  "this config sets data.init_args.n to 0"),  # Lightning: a run dir with no checkpoint
     # null reached the constructor through jsonargparse's class_path init_args: a TypeError traceback
     (["--model.init_args.hidden", "null"], "model.init_args.hidden = null, but ToyRegressor needs a value there (int)"),
     (["--data.init_args.batch_size", "null"], "data.init_args.batch_size = null, but ToyData needs a value there"),
@@ -100,7 +102,8 @@ def test_bad_inputs_are_one_line_errors_and_leave_no_run_dir(in_tmp, toy_config,
 def test_an_evaluation_with_no_data_is_a_one_line_error(in_tmp, toy_config, capsys, verb, split):
     """Lightning only warns that the loader is empty; the run dir would hold a card with no metrics."""
     assert main([verb, "--config", str(toy_config), "--wandb_mode", "disabled", "--data.init_args.n", "0"]) == 2
-    assert f"the {split} data has no batches" in _one_error(capsys)
+    err = _one_error(capsys)
+    assert f"the {split} data has no batches" in err and err.endswith("this config sets data.init_args.n to 0")
     assert not Path("runs").exists() or not list(Path("runs").rglob("config.yaml"))
 
 
