@@ -221,6 +221,15 @@ def test_a_failed_point_is_recorded_and_the_sweep_carries_on(in_tmp, toy_config,
     assert states["hidden=-1,seed=0"][0] == "failed" and "hidden must be positive" in states["hidden=-1,seed=0"][1]
 
 
+@pytest.mark.parametrize("target, needle", [("runs", "is a directory; give a sweep file"),
+                                             ("nothing.yaml", "sweep file nothing.yaml does not exist")])
+def test_a_sweep_path_that_is_no_file_is_named(in_tmp, capsys, target, needle):
+    Path("runs").mkdir()  # a sweep's run dir passed to `zoo sweep` was "does not exist"
+    assert main(["sweep", target]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
 @pytest.mark.parametrize("spec, needle", [
     ({"config": "TOY", "colour": 1}, "unknown key(s) colour"),
     ({"config": "TOY", "grid": {"model.init_args.no_such_key": [1, 2]}}, "does not parse"),

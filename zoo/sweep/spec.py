@@ -185,6 +185,9 @@ def _refs(overrides: dict[str, Any]) -> list[str]:
 def load_sweep(file: str | Path, name: str | None = None) -> Sweep:
     """Read and check a sweep file (shape, axes, stage references), before anything runs."""
     path = Path(file)
+    if path.is_dir():  # e.g. the sweep's run dir, given to `zoo sweep` instead of `zoo compare`
+        raise ZooError(f"sweep file {path} is a directory; give a sweep file, e.g. configs/sweeps/<id>_<name>.yaml "
+                       "(`zoo compare` reads a sweep's run dir)")
     if not path.is_file():
         raise ZooError(f"sweep file {path} does not exist")
     raw = read_yaml(path, "sweep file ")
