@@ -72,6 +72,7 @@ class RunDirConfig(SaveConfigCallback):
                 name, n = f"config.{stage}-{n}.yaml", n + 1
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.parser.save(self.config, self.run_dir / name, skip_unset=False, overwrite=False, multifile=False)
+        self.written = self.run_dir / name  # a failed evaluation of an existing run removes it (ZooCLI._abandon)
 
 
 def _init_args(model: Any) -> dict[str, Any]:
@@ -174,6 +175,9 @@ class ZooCLI(LightningCLI):
         (nothing is lost); any other run dir records the failure in summary.json, which lookups then skip."""
         run_dir = self.fresh_run_dir
         trainer = getattr(self, "trainer", None)
+        if run_dir is None and getattr(self, "subcommand", None) in ("validate", "test", "predict"):
+            self._remove_evaluation_files(trainer)  # the run it evaluated is as it was
+            return
         if run_dir is None and self._interrupted(error) and getattr(self, "subcommand", None) == "fit":
             run_dir = getattr(self, "run_dir", None)  # a resumed fit stopped with Ctrl-C: its checkpoint moved on
         if run_dir is None or is_worker_process() or not run_dir.exists():
@@ -191,6 +195,26 @@ class ZooCLI(LightningCLI):
                                                                 f"{self._resume_hint()}")
         else:
             update_summary(run_dir, status="failed", error=f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+
+    def _remove_evaluation_files(self, trainer: Any) -> None:
+        """What a failed evaluation of an existing run wrote there: its config.<stage>[-N].yaml, its logs/<stage>[-N]
+        and its W&B run; they described a stage that produced nothing (the summary and card never listed it)."""
+        run_dir = getattr(self, "run_dir", None)
+        if run_dir is None or is_worker_process() or not run_dir.exists():
+            return
+        wandb = sys.modules.get("wandb")
+        if wandb is not None and wandb.run is not None:
+            own = Path(wandb.run.dir).parent  # <run_dir>/wandb/offline-run-<...>/files
+            wandb.finish(exit_code=1)
+            if run_dir.resolve() in own.resolve().parents:
+                shutil.rmtree(own, ignore_errors=True)
+        logs = getattr(self, "_stage_logs", None)
+        if logs is not None and logs.exists():
+            shutil.rmtree(logs, ignore_errors=True)
+        for cb in getattr(trainer, "callbacks", None) or []:
+            written = getattr(cb, "written", None) if isinstance(cb, RunDirConfig) else None
+            if written is not None and written.name != "config.yaml":
+                written.unlink(missing_ok=True)
 
     def _checkpoint_misfit(self, error: BaseException) -> ZooError | None:
         """torch's load_state_dict refusing the --ckpt_path's weights as Lightning restores them (shapes or keys
@@ -382,7 +406,7 @@ class ZooCLI(LightningCLI):
 
     def _loggers(self, cfg: Any) -> list:
         stage = self.subcommand
-        logs = stage_dir(self.run_dir, stage)
+        logs = self._stage_logs = stage_dir(self.run_dir, stage)
         loggers: list = [CSVLogger(save_dir=str(logs.parent), name="", version=logs.name)]
         mode = wandb_mode(cfg.get("wandb_mode", "auto"))
         if mode != "disabled":
