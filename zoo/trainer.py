@@ -197,17 +197,16 @@ class ZooCLI(LightningCLI):
             update_summary(run_dir, status="failed", error=f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
 
     def _remove_evaluation_files(self, trainer: Any) -> None:
-        """What a failed evaluation of an existing run wrote there: its config.<stage>[-N].yaml, its logs/<stage>[-N]
-        and its W&B run; they described a stage that produced nothing (the summary and card never listed it)."""
+        """What a failed evaluation of an existing run wrote there: its config.<stage>[-N].yaml and logs/<stage>[-N];
+        they described a stage that produced nothing (the summary and card never listed it). Its W&B run stays,
+        finished as failed, as W&B records a failed run: deleting its files under W&B's service process broke the
+        offline runs that process started next."""
         run_dir = getattr(self, "run_dir", None)
         if run_dir is None or is_worker_process() or not run_dir.exists():
             return
         wandb = sys.modules.get("wandb")
         if wandb is not None and wandb.run is not None:
-            own = Path(wandb.run.dir).parent  # <run_dir>/wandb/offline-run-<...>/files
             wandb.finish(exit_code=1)
-            if run_dir.resolve() in own.resolve().parents:
-                shutil.rmtree(own, ignore_errors=True)
         logs = getattr(self, "_stage_logs", None)
         if logs is not None and logs.exists():
             shutil.rmtree(logs, ignore_errors=True)
