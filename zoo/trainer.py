@@ -40,7 +40,7 @@ from zoo.checks import (
 )
 from zoo.configs import load_yaml
 from zoo.errors import ZooError
-from zoo.hub import WEIGHTS, load_fitting, load_weights, resolve_weights, state_dict_misfit
+from zoo.hub import CONFIG, WEIGHTS, load_fitting, load_weights, resolve_weights, state_dict_misfit
 from zoo.registry import paper_of_class
 from zoo.rundir import (
     RUN_DIR_ENV,
@@ -457,8 +457,8 @@ class ZooCLI(LightningCLI):
         `num_val: 0` made `zoo validate` fail with no hint of the option)."""
         if not any(counts):
             data = _init_args(self._cfg().get("data"))
-            counts = (k for k, v in data.items() if v == 0 and type(v) is int and "worker" not in k)
-            zeros = [f"data.init_args.{k}" for k in counts  # sample counts, not seeds or loader workers
+            at_zero = (k for k, v in data.items() if v == 0 and type(v) is int and "worker" not in k)
+            zeros = [f"data.init_args.{k}" for k in at_zero  # sample counts, not seeds or loader workers
                      if k == "n" or k.startswith(("n_", "num_")) or k.endswith(("samples", "_size", "_count"))]
             hint = f"; this config sets {', '.join(zeros)} to 0" if zeros else ""
             raise ZooError(f"the {split} data has no batches (an empty split, e.g. a data setting of 0 samples, or "
@@ -487,7 +487,7 @@ def load_weights_into(module: Any, weights: str) -> None:
     loads it (the module prepares what its shapes depend on, then the weights must fit). A repo or dir whose
     config names another class is refused: its weights would fit only by accident."""
     path = resolve_weights(weights, "--weights", "give a Hub repo org/name, a run dir or a checkpoint file")
-    cfg = path.parent / "config.yaml" if path.name == WEIGHTS else None
+    cfg = path.parent / CONFIG if path.name == WEIGHTS else None
     named = (load_yaml(cfg).get("model") or {}).get("class_path") if cfg is not None and cfg.is_file() else None
     own = f"{type(module).__module__}.{type(module).__qualname__}"
     if named and named != own:
